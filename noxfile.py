@@ -17,6 +17,8 @@ CORE = "./packages/radix-core"
 NATIVE = "./packages/radix-native"
 ADAPTER = "./packages/radix-sglang-adapter"
 TEST_REQUIREMENTS = ["pytest==9.2.0", "hypothesis==6.170.17", "numpy==2.4.6"]
+# The local CPU build; any other pin (or none) pulls a multi-GB CUDA build.
+TORCH = "torch==2.13.0"
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_external_run = True
@@ -39,8 +41,10 @@ def tests_pure(session: nox.Session) -> None:
 
 @nox.session(name="tests-native")
 def tests_native(session: nox.Session) -> None:
-    """radix-core with radix-native: the native kernels must be active (a missing module fails)."""
-    session.install(f"{CORE}[native]", NATIVE, *TEST_REQUIREMENTS)
+    """radix-core with radix-native: the native kernels must be active (a missing module fails).
+
+    torch is here so that the cache is also tested with the tensor values SGLang stores."""
+    session.install(f"{CORE}[native]", NATIVE, TORCH, *TEST_REQUIREMENTS)
     session.run("pytest", f"{CORE}/tests", f"{NATIVE}/tests", *session.posargs, env={"RADIX_EXPECT_BACKEND": "native"})
 
 

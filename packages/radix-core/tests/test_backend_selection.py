@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from radix_core import BACKEND_ENV, SGLANG_KILL_SWITCH_ENV
+from radix_core._backend import NATIVE_KERNEL_ABI
 
 # A stand-in radix_native; each test appends definitions that make it misbehave its own way.
-FAKE_NATIVE = """
+FAKE_NATIVE = f"""
 __version__ = "0.1.0"
-KERNEL_ABI = 1
+KERNEL_ABI = {NATIVE_KERNEL_ABI}
 calls = 0
 
 def _pairs(tokens):
@@ -33,6 +34,12 @@ def convert_to_bigram_key(tokens):
 def pack_bigram_keys(tokens, out=None):
     from array import array
     return array("q", [(a << 32) | b for a, b in _pairs(list(tokens))])
+
+def common_prefix_length(a, a_start, b, b_start, length):
+    shared = 0
+    while shared < length and a[a_start + shared] == b[b_start + shared]:
+        shared += 1
+    return shared
 """
 
 REPORT = "import radix_core; s = radix_core.backend(); print(s.active, '|', s.requested, '|', s.reason)"

@@ -19,7 +19,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever a kernel's signature or contract changes; radix_core refuses other values.
-constexpr int kKernelAbi = 1;
+constexpr int kKernelAbi = 2;
 
 constexpr long long kPackedTokenLimit = 1LL << 31;
 
@@ -88,13 +88,6 @@ PyObject* convert_to_bigram_key(PyObject* /*module*/, PyObject* tokens) {
     PyObject_GC_Track(result);
     return result;
 }
-
-PyMethodDef raw_methods[] = {
-    {"convert_to_bigram_key", convert_to_bigram_key, METH_O,
-     "convert_to_bigram_key(tokens)\n--\n\n"
-     "[t0, t1, t2] -> [(t0, t1), (t1, t2)] for an exact list or tuple (NotImplemented otherwise)."},
-    {nullptr, nullptr, 0, nullptr},
-};
 
 // Same accepted formats as radix_core.bigram._TOKEN_BUFFER_FORMATS.
 bool is_token_buffer_format(const char* format, Py_ssize_t itemsize) {
@@ -287,6 +280,93 @@ py::object pack_bigram_keys(py::handle tokens, py::object out) {
     }
     return output.owner();
 }
+
+// Borrowed int64 storage of a 1-D contiguous buffer (array('q'), numpy int64), or nullptr with
+// no error set when `obj` is not one.
+class Int64Buffer {
+  public:
+    explicit Int64Buffer(PyObject* obj) {
+        if (!PyObject_CheckBuffer(obj)) {
+            return;
+        }
+        if (!buffer_.acquire(obj, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
+            PyErr_Clear();
+            return;
+        }
+        const Py_buffer& view = buffer_.view();
+        if (view.ndim == 1 && view.itemsize == 8 && is_token_buffer_format(view.format, 8)) {
+            data_ = static_cast<const int64_t*>(view.buf);
+            length_ = view.len / 8;
+        }
+    }
+    const int64_t* data() const { return data_; }
+    Py_ssize_t length() const { return length_; }
+
+  private:
+    ScopedBuffer buffer_;
+    const int64_t* data_ = nullptr;
+    Py_ssize_t length_ = 0;
+};
+
+Py_ssize_t first_difference(const int64_t* a, const int64_t* b, Py_ssize_t length) {
+    // memcmp over blocks finds the differing block fast; a scan then finds the element.
+    constexpr Py_ssize_t kBlock = 32;
+    Py_ssize_t i = 0;
+    while (i + kBlock <= length && std::memcmp(a + i, b + i, kBlock * sizeof(int64_t)) == 0) {
+        i += kBlock;
+    }
+    while (i < length && a[i] == b[i]) {
+        ++i;
+    }
+    return i;
+}
+
+// common_prefix_length(a, a_start, b, b_start, length): how many of the `length` items from
+// a[a_start:] and b[b_start:] agree before the first difference. Same contract as
+// radix_core.key.python_common_prefix_length; NotImplemented unless both are int64 buffers.
+PyObject* common_prefix_length(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "common_prefix_length expected 5 arguments, got %zd", nargs);
+        return nullptr;
+    }
+    Py_ssize_t offsets[3];
+    const int offset_args[3] = {1, 3, 4};
+    for (int k = 0; k < 3; ++k) {
+        offsets[k] = PyNumber_AsSsize_t(args[offset_args[k]], PyExc_OverflowError);
+        if (offsets[k] == -1 && PyErr_Occurred()) {
+            return nullptr;
+        }
+    }
+    const Py_ssize_t a_start = offsets[0], b_start = offsets[1], length = offsets[2];
+    try {
+        Int64Buffer a(args[0]);
+        Int64Buffer b(args[2]);
+        if (a.data() == nullptr || b.data() == nullptr) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        if (a_start < 0 || b_start < 0 || length < 0 || length > a.length() - a_start ||
+            length > b.length() - b_start) {
+            PyErr_SetString(PyExc_IndexError, "common_prefix_length range is outside a token buffer");
+            return nullptr;
+        }
+        return PyLong_FromSsize_t(first_difference(a.data() + a_start, b.data() + b_start, length));
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        return nullptr;
+    }
+}
+
+PyMethodDef raw_methods[] = {
+    {"convert_to_bigram_key", convert_to_bigram_key, METH_O,
+     "convert_to_bigram_key(tokens)\n--\n\n"
+     "[t0, t1, t2] -> [(t0, t1), (t1, t2)] for an exact list or tuple (NotImplemented otherwise)."},
+    {"common_prefix_length", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(common_prefix_length)),
+     METH_FASTCALL,
+     "common_prefix_length(a, a_start, b, b_start, length)\n--\n\n"
+     "Items of a[a_start:] and b[b_start:] that agree before the first difference, among `length`."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 
 }  // namespace
 

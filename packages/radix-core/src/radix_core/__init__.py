@@ -1,4 +1,4 @@
-"""radix-core: SGLang-compatible radix prefix cache pieces, pure Python, native kernels optional.
+"""radix-core: an SGLang-compatible radix prefix cache in pure Python, native kernels optional.
 
 ``backend()`` tells whether radix-native's kernels are in use and why. The choice is read once from
 ``RADIX_CORE_BACKEND`` (``auto``, ``python`` or ``native``) and ``SGLANG_DISABLE_TAI_BIGRAM``.
@@ -22,19 +22,28 @@ from .bigram import (  # noqa: E402
     python_convert_to_bigram_key,
     python_pack_bigram_keys,
 )
+from .cache import EVICTION_POLICIES, MatchResult, RadixCache, TreeNode  # noqa: E402
+from .key import RadixKey, common_prefix_length, python_common_prefix_length  # noqa: E402
 
 __all__ = [
     "BACKEND_CHOICES",
     "BACKEND_ENV",
     "PACKED_TOKEN_LIMIT",
     "SGLANG_KILL_SWITCH_ENV",
+    "EVICTION_POLICIES",
     "BackendConfigError",
     "BackendStatus",
+    "MatchResult",
     "NativeBackendUnavailable",
+    "RadixCache",
+    "RadixKey",
+    "TreeNode",
     "__version__",
     "backend",
+    "common_prefix_length",
     "convert_to_bigram_key",
     "pack_bigram_keys",
+    "python_common_prefix_length",
     "python_convert_to_bigram_key",
     "python_pack_bigram_keys",
 ]

@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import threading
+from array import array
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Literal, TypeVar
@@ -27,7 +28,7 @@ _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("", "0", "false", "no", "off")
 
 # The radix-native kernel contract this radix-core release was written against.
-NATIVE_KERNEL_ABI = 1
+NATIVE_KERNEL_ABI = 2
 
 BackendName = Literal["python", "native"]
 RequestedBackend = Literal["auto", "python", "native"]
@@ -82,6 +83,9 @@ def _self_test(kernels: ModuleType) -> None:
     packed = kernels.pack_bigram_keys([1, 2, 2**31 - 1])
     if list(packed) != [(1 << 32) | 2, (2 << 32) | (2**31 - 1)]:
         raise RuntimeError(f"pack_bigram_keys self-test gave {packed!r}")
+    shared = kernels.common_prefix_length(array("q", [5, 1, 2, 3]), 1, array("q", [1, 2, 4]), 0, 3)
+    if shared != 2:
+        raise RuntimeError(f"common_prefix_length self-test gave {shared!r}")
 
 
 def _load_native() -> ModuleType:

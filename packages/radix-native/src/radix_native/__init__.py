@@ -4,6 +4,6 @@ Import them through ``radix_core``: it checks ``KERNEL_ABI`` before use and fall
 pure-Python reference, logging once, whenever a kernel cannot be used.
 """
 
-from ._kernels import KERNEL_ABI, __version__, convert_to_bigram_key, pack_bigram_keys
+from ._kernels import KERNEL_ABI, __version__, common_prefix_length, convert_to_bigram_key, pack_bigram_keys
 
-__all__ = ["KERNEL_ABI", "__version__", "convert_to_bigram_key", "pack_bigram_keys"]
+__all__ = ["KERNEL_ABI", "__version__", "common_prefix_length", "convert_to_bigram_key", "pack_bigram_keys"]

@@ -1,0 +1,351 @@
+"""RadixCache: the prefix tree SGLang's scheduler keeps over cached KV indices, in plain Python.
+
+Semantics follow SGLang's ``RadixCache`` (match, insert with node splits, lock counting, leaf
+eviction by policy, page alignment, EAGLE bigram keys) and are checked against it operation by
+operation. What differs is cost: keys are O(1) windows, so walking a long key down a deep path
+never re-copies its tail; prefix comparison runs natively when radix-native is installed; and
+eviction keeps one lazily-updated heap instead of re-heapifying every leaf on every call.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import sys
+import time
+from array import array
+from collections.abc import Callable, Hashable, Iterable
+from typing import IO, Any, NamedTuple
+
+from .key import RadixKey
+from .values import ValueKind, value_kind_of
+
+__all__ = ["EVICTION_POLICIES", "MatchResult", "RadixCache", "TreeNode"]
+
+# Smaller sorts first, i.e. is evicted first.
+EVICTION_POLICIES: dict[str, Callable[[TreeNode], Any]] = {
+    "lru": lambda node: node.last_access_time,
+    "lfu": lambda node: (node.hit_count, node.last_access_time),
+    "fifo": lambda node: node.creation_time,
+    "mru": lambda node: -node.last_access_time,
+    "filo": lambda node: -node.creation_time,
+    "priority": lambda node: (node.priority, node.last_access_time),
+}
+
+
+class TreeNode:
+    """One edge of the radix tree: a key segment and the values (KV indices) of its units."""
+
+    __slots__ = (
+        "children",
+        "parent",
+        "key",
+        "value",
+        "lock_ref",
+        "hit_count",
+        "priority",
+        "last_access_time",
+        "creation_time",
+        "id",
+        "_heap_stamp",
+    )
+    _ids = itertools.count()
+
+    def __init__(self, key: RadixKey, value: Any, parent: TreeNode | None, priority: int = 0):
+        self.children: dict[Hashable, TreeNode] = {}
+        self.parent = parent
+        self.key = key
+        self.value = value
+        self.lock_ref = 0
+        self.hit_count = 0
+        self.priority = priority
+        self.last_access_time = time.monotonic()
+        self.creation_time = time.monotonic()
+        self.id = next(TreeNode._ids)
+        self._heap_stamp = -1  # stamp of this node's one valid eviction-heap entry, if any
+
+    def __repr__(self) -> str:
+        return f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, children={len(self.children)})"
+
+
+class MatchResult(NamedTuple):
+    """``prefix_len`` cached units, ending at ``last_node``; ``indices`` are their values, joined."""
+
+    prefix_len: int
+    last_node: TreeNode
+    indices: Any
+
+
+KeyLike = RadixKey | Iterable[int]
+
+
+class RadixCache:
+    """A radix tree over token-id keys whose nodes hold 1-D integer index values.
+
+    ``page_size``: keys and values are used in whole pages only. ``is_eagle``: keys are read as
+    bigrams of their raw tokens (EAGLE speculative decoding), so ``n`` tokens cache ``n - 1``
+    units. ``on_evict`` receives each evicted node's value (free it in your KV pool).
+    """
+
+    def __init__(
+        self,
+        page_size: int = 1,
+        is_eagle: bool = False,
+        eviction_policy: str = "lru",
+        on_evict: Callable[[Any], None] | None = None,
+    ):
+        if type(page_size) is not int or page_size < 1:
+            raise ValueError(f"page_size must be a positive int, not {page_size!r}")
+        policy = eviction_policy.lower()
+        if policy not in EVICTION_POLICIES:
+            raise ValueError(f"unknown eviction policy {eviction_policy!r}; use one of: {', '.join(EVICTION_POLICIES)}")
+        self.page_size = page_size
+        self.is_eagle = bool(is_eagle)
+        self.eviction_policy = policy
+        self.on_evict = on_evict
+        self._eviction_priority = EVICTION_POLICIES[policy]
+        self._value_kind: ValueKind | None = None
+        self._empty_value: Any = None
+        self.reset()
+
+    # ----- public API -------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Drop every cached entry (``on_evict`` is not called)."""
+        self.root_node = TreeNode(RadixKey(), None, None, priority=-sys.maxsize)
+        self.root_node.lock_ref = 1
+        self._evictable_size = 0
+        self._protected_size = 0
+        self._node_count = 0
+        self._heap: list[tuple[Any, int, TreeNode]] = []
+        self._stamps = itertools.count()
+
+    def match_prefix(self, key: KeyLike) -> MatchResult:
+        """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside one."""
+        key = self._as_cache_key(key).page_aligned(self.page_size)
+        page = self.page_size
+        node = self.root_node
+        access_time = time.monotonic()
+        node.last_access_time = access_time
+        values = []
+        matched = 0
+        while len(key):
+            child = node.children.get(key.child_key(page))
+            if child is None:
+                break
+            child.last_access_time = access_time
+            self._reprioritize(child)
+            shared = child.key.match(key, page)
+            if shared < len(child.key):
+                child = self._split(child, shared)
+            values.append(child.value)
+            matched += shared
+            node = child
+            if shared < len(key):
+                key = key[shared:]  # type: ignore[assignment]
+            else:
+                break
+        return MatchResult(matched, node, self._join(values))
+
+    def insert(self, key: KeyLike, value: Any = None, priority: int = 0) -> int:
+        """Cache ``key`` with one value item per token of ``key``; returns how many units were
+        already cached (the caller may free those duplicate values).
+
+        In EAGLE mode a raw key of ``n`` tokens caches ``n - 1`` bigrams with ``value[:n - 1]``.
+        Without a value the token ids themselves are stored (useful for tests and simulators).
+        """
+        given = key if isinstance(key, RadixKey) else RadixKey(key)
+        key = self._as_cache_key(given)
+        if value is None:
+            value = key.token_ids[: len(key)]
+        elif len(value) != len(given):
+            raise ValueError(f"value has {len(value)} items but the key has {len(given)}; they must match")
+        kind = self._check_value(value)
+        key = key.page_aligned(self.page_size)
+        units = len(key)
+        priority = 0 if priority is None else priority
+        page = self.page_size
+
+        node = self.root_node
+        access_time = time.monotonic()
+        node.last_access_time = access_time
+        node.priority = max(node.priority, priority)
+        position = 0
+        while position < units:
+            child = node.children.get(key.child_key(page))
+            if child is None:
+                break
+            child.last_access_time = access_time
+            shared = child.key.match(key, page)
+            if shared < len(child.key):
+                self._reprioritize(child)  # the lower part keeps its children and got a new access time
+                child = self._split(child, shared)
+            child.priority = max(child.priority, priority)
+            child.hit_count += 1
+            self._reprioritize(child)
+            node = child
+            position += shared
+            key = key[shared:]  # type: ignore[assignment]
+        if position < units:
+            leaf = TreeNode(key.compact(), kind.cut(value, position, units), node, priority)
+            leaf.hit_count = 1
+            node.children[key.child_key(page)] = leaf
+            self._node_count += 1
+            self._evictable_size += units - position
+            self._reprioritize(leaf)
+        return position
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
+        are gone or nothing evictable is left; returns the number evicted (whole leaves)."""
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
+        evicted = 0
+        heap = self._heap
+        while evicted < num_tokens and heap:
+            _, stamp, node = heapq.heappop(heap)
+            if stamp != node._heap_stamp or not self._is_evictable_leaf(node):
+                continue  # superseded by a newer entry, or no longer an evictable leaf
+            parent = node.parent
+            del parent.children[node.key.child_key(self.page_size)]  # type: ignore[union-attr]
+            node.parent = None
+            units = len(node.key)
+            self._evictable_size -= units
+            self._node_count -= 1
+            evicted += units
+            self._reprioritize(parent)  # type: ignore[arg-type]
+            if self.on_evict is not None:
+                self.on_evict(node.value)
+        return evicted
+
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
+        self._path_to_root(node)
+        delta = 0
+        while node is not self.root_node:
+            if node.lock_ref == 0:
+                units = len(node.key)
+                self._evictable_size -= units
+                self._protected_size += units
+                delta -= units
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+        return delta
+
+    def dec_lock_ref(self, node: TreeNode) -> int:
+        """Release one lock taken by :meth:`inc_lock_ref`; returns the change of evictable size."""
+        for ancestor in self._path_to_root(node):
+            if ancestor.lock_ref <= 0:
+                raise ValueError(f"{ancestor!r} is not locked: dec_lock_ref without a matching inc_lock_ref")
+        delta = 0
+        while node is not self.root_node:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                units = len(node.key)
+                self._evictable_size += units
+                self._protected_size -= units
+                delta += units
+                self._reprioritize(node)
+            node = node.parent  # type: ignore[assignment]
+        return delta
+
+    def evictable_size(self) -> int:
+        """Cached units that eviction may take (not locked)."""
+        return self._evictable_size
+
+    def protected_size(self) -> int:
+        """Cached units that are locked."""
+        return self._protected_size
+
+    def total_size(self) -> int:
+        """All cached units (walks the tree); always ``evictable_size() + protected_size()``."""
+        total = 0
+        stack = list(self.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            total += len(node.value)
+            stack.extend(node.children.values())
+        return total
+
+    def node_count(self) -> int:
+        """Nodes in the tree, the root excluded."""
+        return self._node_count
+
+    def pretty_print(self, file: IO[str] | None = None) -> None:
+        """One line per node: depth-indented length, first tokens and lock count."""
+        stack = [(self.root_node, 0)]
+        while stack:
+            node, indent = stack.pop()
+            print(" " * indent, len(node.key), node.key.token_ids[:10].tolist(), f"r={node.lock_ref}", file=file)
+            stack.extend((child, indent + 2) for child in node.children.values())
+        print(f"#tokens: {self.total_size()}", file=file)
+
+    # ----- internals --------------------------------------------------------------------------
+
+    def _as_cache_key(self, key: KeyLike) -> RadixKey:
+        if not isinstance(key, RadixKey):
+            key = RadixKey(key)
+        if self.is_eagle:
+            return key.as_bigram()
+        if key.is_bigram:
+            raise ValueError("a bigram key needs a cache built with is_eagle=True")
+        return key
+
+    def _check_value(self, value: Any) -> ValueKind:
+        kind = value_kind_of(value)
+        if self._value_kind is None:
+            kind.check(value)
+            self._value_kind = kind
+            self._empty_value = kind.cut(value, 0, 0)
+        elif kind is not self._value_kind:
+            raise TypeError(f"this cache holds {self._value_kind.name} values, not {kind.name}")
+        else:
+            kind.check(value)
+        return kind
+
+    def _join(self, values: list[Any]) -> Any:
+        if values:
+            return self._value_kind.concat(values)  # type: ignore[union-attr]
+        if self._value_kind is None:
+            return array("q")
+        return self._value_kind.cut(self._empty_value, 0, 0)
+
+    def _split(self, child: TreeNode, at: int) -> TreeNode:
+        """Cut ``child`` after ``at`` units; returns the new upper node (SGLang's node split)."""
+        page = self.page_size
+        kind: ValueKind = self._value_kind  # type: ignore[assignment]
+        parent: TreeNode = child.parent  # type: ignore[assignment]
+        upper = TreeNode(child.key[:at].compact(), kind.cut(child.value, 0, at), parent, child.priority)  # type: ignore[union-attr]
+        upper.hit_count = child.hit_count
+        upper.lock_ref = child.lock_ref
+        parent.children[child.key.child_key(page)] = upper
+        child.key = child.key[at:].compact()  # type: ignore[union-attr]
+        child.value = kind.cut(child.value, at, len(child.value))
+        child.parent = upper
+        upper.children[child.key.child_key(page)] = child
+        self._node_count += 1
+        return upper
+
+    def _is_evictable_leaf(self, node: TreeNode) -> bool:
+        return node.lock_ref == 0 and not node.children and node.parent is not None
+
+    def _reprioritize(self, node: TreeNode) -> None:
+        """Give an evictable leaf a heap entry with its current priority (older entries go stale)."""
+        if self._is_evictable_leaf(node):
+            stamp = next(self._stamps)
+            node._heap_stamp = stamp
+            heap = self._heap
+            heapq.heappush(heap, (self._eviction_priority(node), stamp, node))
+            if len(heap) > 4 * self._node_count + 64:
+                self._heap = [entry for entry in heap if entry[1] == entry[2]._heap_stamp]
+                heapq.heapify(self._heap)
+
+    def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        """The nodes from ``node`` up to (not including) the root; ValueError if not in this tree."""
+        path = []
+        while node is not self.root_node:
+            if node.parent is None:
+                raise ValueError(f"{node!r} is not (or no longer) in this cache")
+            path.append(node)
+            node = node.parent
+        return path

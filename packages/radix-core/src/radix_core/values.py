@@ -1,0 +1,106 @@
+"""What the cache stores per token: 1-D integer index sequences of one kind per cache.
+
+SGLang stores torch tensors of KV-pool indices; a capacity simulator wants no torch at all. Each
+supported kind knows how to check, cut (a copy the tree may keep), concatenate and make an empty
+value. torch and numpy are recognised by type, never imported here.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from itertools import chain
+from typing import Any
+
+__all__ = ["ValueKind", "value_kind_of"]
+
+_INTEGER_TYPECODES = frozenset("bBhHiIlLqQ")
+
+
+class ValueKind:
+    """Operations on one kind of value; the plain-sequence base serves ``list``."""
+
+    name = "list"
+
+    def check(self, value: Any) -> None:
+        if not all(type(item) is int for item in value):
+            raise TypeError("a list value must hold only int indices")
+
+    def cut(self, value: Any, start: int, stop: int) -> Any:
+        """``value[start:stop]`` as a copy that shares no storage with ``value``."""
+        return value[start:stop]
+
+    def concat(self, values: list[Any]) -> Any:
+        return list(chain.from_iterable(values))
+
+    def empty(self, like: Any) -> Any:
+        return like[:0]
+
+
+class _ArrayKind(ValueKind):
+    name = "array"
+
+    def check(self, value: array) -> None:
+        if value.typecode not in _INTEGER_TYPECODES:
+            raise TypeError(f"an array value must have an integer typecode, not {value.typecode!r}")
+
+    def concat(self, values: list[array]) -> array:
+        joined = values[0][:0]
+        for value in values:
+            joined.extend(value)
+        return joined
+
+
+class _TensorKind(ValueKind):
+    name = "torch"
+
+    def check(self, value: Any) -> None:
+        if value.dim() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == _loaded("torch").bool:
+            shape = tuple(value.shape)
+            raise TypeError(f"a tensor value must be a 1-D integer tensor, got {value.dtype} with shape {shape}")
+
+    def cut(self, value: Any, start: int, stop: int) -> Any:
+        return value[start:stop].clone()
+
+    def concat(self, values: list[Any]) -> Any:
+        return _loaded("torch").cat(values)
+
+
+class _NumpyKind(ValueKind):
+    name = "numpy"
+
+    def check(self, value: Any) -> None:
+        if value.ndim != 1 or value.dtype.kind not in "iu":
+            raise TypeError(f"an ndarray value must be a 1-D integer array, got {value.dtype} with shape {value.shape}")
+
+    def cut(self, value: Any, start: int, stop: int) -> Any:
+        return value[start:stop].copy()
+
+    def concat(self, values: list[Any]) -> Any:
+        return _loaded("numpy").concatenate(values)
+
+
+def _loaded(module: str) -> Any:
+    """A module the caller's own values prove is already imported."""
+    return sys.modules[module]
+
+
+_LIST, _ARRAY, _TENSOR, _NUMPY = ValueKind(), _ArrayKind(), _TensorKind(), _NumpyKind()
+
+
+def value_kind_of(value: Any) -> ValueKind:
+    """The kind of ``value``; TypeError for anything that is not a supported index sequence."""
+    cls = type(value)
+    if cls is list:
+        return _LIST
+    if cls is array:
+        return _ARRAY
+    module = cls.__module__
+    if module.startswith("torch") and hasattr(value, "clone"):
+        return _TENSOR
+    if module == "numpy" and cls.__name__ == "ndarray":
+        return _NUMPY
+    raise TypeError(
+        f"values must be 1-D integer index sequences (torch.Tensor, numpy.ndarray, array or list), "
+        f"not {cls.__module__}.{cls.__qualname__}"
+    )

@@ -1,0 +1,415 @@
+"""RadixCache behaviour, on both backends, with the structural invariants checked throughout."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import random
+import time
+from array import array
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from cache_invariants import check_invariants
+from radix_core import EVICTION_POLICIES, RadixCache, RadixKey
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch):
+    """time.monotonic() that advances by one per call: eviction orders become exact."""
+    ticks = itertools.count(1)
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
+
+
+def test_sglang_example_tree(backend_name):
+    cache = RadixCache()
+    assert cache.insert([1, 2, 3]) == 0
+    assert cache.insert([1, 2, 3]) == 3
+    assert cache.insert([1, 2, 4, 5]) == 2
+    assert cache.insert([1, 2, 4, 5, 6, 7]) == 4
+    assert cache.insert([8, 9, 10, 11, 12]) == 0
+    result = cache.match_prefix([1, 2, 3, 13, 14])
+    assert result.prefix_len == 3 and list(result.indices) == [1, 2, 3]
+    assert list(result.last_node.key) == [3]
+    assert cache.total_size() == 12 == cache.evictable_size()
+    check_invariants(cache)
+
+
+def test_partial_match_splits_the_node_once(backend_name):
+    cache = RadixCache()
+    cache.insert(list(range(10)), array("q", range(100, 110)))
+    result = cache.match_prefix([0, 1, 2, 3, 99])
+    assert result.prefix_len == 4 and list(result.indices) == [100, 101, 102, 103]
+    assert cache.node_count() == 2 and len(result.last_node.key) == 4
+    assert cache.match_prefix(list(range(10))).prefix_len == 10
+    check_invariants(cache)
+
+
+def test_empty_and_unmatched_keys(backend_name):
+    cache = RadixCache()
+    for key in ([], [5]):
+        result = cache.match_prefix(key)
+        assert result.prefix_len == 0 and result.last_node is cache.root_node and len(result.indices) == 0
+    assert cache.insert([]) == 0 and cache.total_size() == 0
+
+
+def test_eagle_caches_bigrams_and_cuts_the_value(backend_name):
+    cache = RadixCache(is_eagle=True)
+    assert cache.insert([1, 2, 3, 4], array("q", [10, 20, 30, 40])) == 0
+    assert cache.total_size() == 3
+    result = cache.match_prefix([1, 2, 3, 9])
+    assert result.prefix_len == 2 and list(result.indices) == [10, 20]
+    assert list(result.last_node.key) == [(1, 2), (2, 3)]
+    assert cache.insert([7]) == 0 and cache.total_size() == 3, "one token is no bigram"
+    assert cache.insert(RadixKey([1, 2, 3], is_bigram=True), array("q", [10, 20])) == 2
+    check_invariants(cache)
+
+
+def test_bigram_keys_need_an_eagle_cache():
+    with pytest.raises(ValueError, match="is_eagle"):
+        RadixCache().insert(RadixKey([1, 2], is_bigram=True))
+
+
+def test_pages_are_all_or_nothing(backend_name):
+    cache = RadixCache(page_size=4)
+    assert cache.insert(list(range(10))) == 0
+    assert cache.total_size() == 8
+    assert cache.match_prefix(list(range(7))).prefix_len == 4
+    assert cache.match_prefix([0, 1, 2, 3, 4, 5, 9, 9]).prefix_len == 4
+    assert cache.insert([0, 1, 2, 3, 4, 5, 9, 9]) == 4
+    check_invariants(cache)
+
+
+def test_extra_keys_never_share_nodes(backend_name):
+    cache = RadixCache()
+    cache.insert(RadixKey([1, 2, 3], extra_key="lora-a"))
+    assert cache.match_prefix(RadixKey([1, 2, 3], extra_key="lora-b")).prefix_len == 0
+    assert cache.match_prefix(RadixKey([1, 2, 3])).prefix_len == 0
+    assert cache.insert(RadixKey([1, 2, 3], extra_key="lora-b")) == 0
+    assert cache.match_prefix(RadixKey([1, 2], extra_key="lora-a")).prefix_len == 2
+    assert len(cache.root_node.children) == 2
+    check_invariants(cache)
+
+
+def test_locked_nodes_are_never_evicted(backend_name):
+    freed = []
+    cache = RadixCache(on_evict=freed.append)
+    cache.insert([1, 2, 3], array("q", [7, 8, 9]))
+    cache.insert([4, 5])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    assert cache.inc_lock_ref(node) == -3
+    assert (cache.evictable_size(), cache.protected_size()) == (2, 3)
+    assert cache.evict(100) == 2 and [list(v) for v in freed] == [[4, 5]]
+    assert cache.match_prefix([1, 2, 3]).prefix_len == 3
+    assert cache.dec_lock_ref(node) == 3
+    assert cache.evict(1) == 3 and cache.total_size() == 0
+    check_invariants(cache)
+
+
+def test_a_lock_on_a_split_node_protects_both_parts(backend_name):
+    cache = RadixCache()
+    cache.insert([1, 2, 3, 4])
+    node = cache.match_prefix([1, 2, 3, 4]).last_node
+    cache.inc_lock_ref(node)
+    cache.match_prefix([1, 2, 9])  # splits the locked node
+    check_invariants(cache)
+    assert cache.protected_size() == 4 and cache.evict(10) == 0
+    cache.dec_lock_ref(node)
+    check_invariants(cache)
+    assert cache.evict(10) == 4
+
+
+def test_bad_unlocks_raise_and_change_nothing(backend_name):
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    with pytest.raises(ValueError, match="not locked"):
+        cache.dec_lock_ref(node)
+    other = RadixCache()
+    other.insert([1, 2, 3])
+    with pytest.raises(ValueError, match="not .*in this cache"):
+        cache.inc_lock_ref(other.match_prefix([1, 2, 3]).last_node)
+    cache.evict(10)
+    with pytest.raises(ValueError, match="not .*in this cache"):
+        cache.inc_lock_ref(node)
+    check_invariants(cache)
+
+
+def test_negative_eviction_counts_are_rejected():
+    with pytest.raises(ValueError):
+        RadixCache().evict(-1)
+
+
+@pytest.mark.parametrize("page_size", [0, -1, 1.5, "4"])
+def test_bad_page_sizes_are_rejected(page_size):
+    with pytest.raises(ValueError, match="page_size"):
+        RadixCache(page_size=page_size)
+
+
+def test_unknown_eviction_policy_names_the_choices():
+    with pytest.raises(ValueError, match="lru, lfu, fifo, mru, filo, priority"):
+        RadixCache(eviction_policy="random")
+
+
+def _three_leaves(cache: RadixCache) -> None:
+    for first in (1, 2, 3):
+        cache.insert([first, 0], priority=10 - first)
+
+
+@pytest.mark.parametrize(
+    "policy, touch, first_victim",
+    [("lru", 1, 2), ("mru", 1, 1), ("mru", None, 3), ("fifo", 1, 1), ("filo", None, 3), ("priority", None, 3)],
+)
+def test_eviction_order_follows_the_policy(backend_name, ticking_clock, policy, touch, first_victim):
+    freed = []
+    cache = RadixCache(eviction_policy=policy, on_evict=freed.append)
+    _three_leaves(cache)
+    if touch is not None:
+        cache.match_prefix([touch, 0])
+    cache.evict(1)
+    assert list(freed[0]) == [first_victim, 0]
+
+
+def test_lfu_evicts_the_least_hit_then_least_recent(backend_name, ticking_clock):
+    freed = []
+    cache = RadixCache(eviction_policy="lfu", on_evict=freed.append)
+    _three_leaves(cache)
+    cache.insert([1, 0])
+    cache.insert([3, 0])
+    cache.evict(1)
+    assert list(freed[0]) == [2, 0]
+
+
+def test_repeated_touches_do_not_grow_the_eviction_heap_without_bound(backend_name):
+    cache = RadixCache()
+    for first in range(20):
+        cache.insert([first, 1, 2])
+    for _ in range(5000):
+        cache.match_prefix([3, 1, 2])
+    assert len(cache._heap) <= 4 * cache.node_count() + 65
+    check_invariants(cache)
+
+
+def test_values_of_every_kind(backend_name):
+    np = pytest.importorskip("numpy")
+    for value, joined_type in ((array("q", [5, 6, 7]), array), ([5, 6, 7], list), (np.array([5, 6, 7]), np.ndarray)):
+        cache = RadixCache()
+        assert len(cache.match_prefix([1]).indices) == 0
+        cache.insert([1, 2, 3], value)
+        cache.insert([1, 2, 9], value)
+        result = cache.match_prefix([1, 2, 3])
+        assert type(result.indices) is joined_type and list(result.indices) == [5, 6, 7]
+        assert type(cache.match_prefix([4]).indices) is joined_type
+        check_invariants(cache)
+
+
+def test_torch_values_are_cloned_and_joined_with_torch_cat(backend_name):
+    torch = pytest.importorskip("torch")
+    cache = RadixCache(is_eagle=True)
+    value = torch.arange(10, 15)
+    cache.insert([1, 2, 3, 4, 5], value)
+    value[:] = -1  # the cache keeps its own copy
+    result = cache.match_prefix([1, 2, 3, 4, 5])
+    assert torch.equal(result.indices, torch.arange(10, 14))
+    assert cache.match_prefix([9]).indices.dtype == torch.int64
+    with pytest.raises(TypeError):
+        cache.insert([1, 2], torch.tensor([1.0, 2.0]))
+    with pytest.raises(TypeError):
+        cache.insert([1, 2], torch.zeros((2, 1), dtype=torch.int64))
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (array("q", [1, 2]), ValueError),
+        (array("d", [1.0, 2.0, 3.0]), TypeError),
+        ([1, 2.0, 3], TypeError),
+        ("abc", TypeError),
+        ({1: 2, 3: 4, 5: 6}, TypeError),
+    ],
+)
+def test_bad_values_are_rejected_and_change_nothing(backend_name, value, error):
+    cache = RadixCache()
+    with pytest.raises(error):
+        cache.insert([1, 2, 3], value)
+    assert cache.total_size() == 0
+    check_invariants(cache)
+
+
+def test_one_cache_holds_one_kind_of_value():
+    cache = RadixCache()
+    cache.insert([1, 2], array("q", [1, 2]))
+    with pytest.raises(TypeError, match="array values, not list"):
+        cache.insert([3, 4], [3, 4])
+
+
+@pytest.mark.parametrize("bad", [[1.5, 2], ["a"], None, [2**64]])
+def test_bad_tokens_are_rejected(bad):
+    with pytest.raises((TypeError, ValueError)):
+        RadixCache().insert(bad)
+
+
+def test_pretty_print_shows_the_tree():
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    cache.insert([1, 2, 4])
+    out = io.StringIO()
+    cache.pretty_print(file=out)
+    text = out.getvalue()
+    assert "[1, 2] r=0" in text and "[3] r=0" in text and "#tokens: 4" in text
+
+
+def test_reset_empties_the_cache():
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    cache.reset()
+    assert cache.total_size() == 0 and cache.match_prefix([1, 2, 3]).prefix_len == 0
+    check_invariants(cache)
+
+
+# ----- random operation sequences -------------------------------------------------------------
+
+SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 26)), [4] * 5, [5, 6, 7], [8] * 33]
+segment_keys = st.tuples(
+    st.lists(st.sampled_from(range(len(SEGMENTS))), min_size=0, max_size=3),
+    st.lists(st.integers(0, 3), max_size=12),
+).map(lambda parts: [t for i in parts[0] for t in SEGMENTS[i]] + parts[1])
+namespaces = st.sampled_from([None, "lora-a"])
+
+
+def value_items(tokens: list[int], extra_key, is_eagle: bool) -> array:
+    """Value i identifies the unit prefix it belongs to, so any match can be checked."""
+    units = len(tokens) - 1 if is_eagle else len(tokens)
+    width = 2 if is_eagle else 1
+    return array("q", [hash((extra_key, tuple(tokens[: i + width]))) % 2**62 for i in range(max(units, 0))])
+
+
+def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedStateMachine]:
+    class CacheMachine(RuleBasedStateMachine):
+        @initialize()
+        def build(self):
+            self.freed = []
+            self.cache = RadixCache(page_size, is_eagle, policy, on_evict=self.freed.append)
+            self.locks = []
+
+        def aligned_units(self, tokens):
+            units = max(len(tokens) - 1, 0) if is_eagle else len(tokens)
+            return units - units % page_size
+
+        @rule(tokens=segment_keys, extra_key=namespaces)
+        def insert(self, tokens, extra_key):
+            values = value_items(tokens, extra_key, is_eagle)
+            raw_values = values if not is_eagle else array("q", list(values) + [0] * (len(tokens) > 0))
+            prefix = self.cache.insert(RadixKey(tokens, extra_key), raw_values)
+            assert 0 <= prefix <= self.aligned_units(tokens) and prefix % page_size == 0
+            assert self.cache.match_prefix(RadixKey(tokens, extra_key)).prefix_len == self.aligned_units(tokens)
+
+        @rule(tokens=segment_keys, extra_key=namespaces)
+        def match(self, tokens, extra_key):
+            result = self.cache.match_prefix(RadixKey(tokens, extra_key))
+            assert 0 <= result.prefix_len <= self.aligned_units(tokens) and result.prefix_len % page_size == 0
+            assert list(result.indices) == list(value_items(tokens, extra_key, is_eagle))[: result.prefix_len]
+            node, path_units = result.last_node, 0
+            while node is not self.cache.root_node:
+                path_units += len(node.key)
+                node = node.parent
+            assert path_units == result.prefix_len
+
+        @rule(tokens=segment_keys, extra_key=namespaces)
+        def lock(self, tokens, extra_key):
+            result = self.cache.match_prefix(RadixKey(tokens, extra_key))
+            self.cache.inc_lock_ref(result.last_node)
+            self.locks.append((result.last_node, RadixKey(tokens, extra_key), result.prefix_len))
+
+        @precondition(lambda self: self.locks)
+        @rule(which=st.randoms(use_true_random=False))
+        def unlock(self, which):
+            node, _, _ = self.locks.pop(which.randrange(len(self.locks)))
+            self.cache.dec_lock_ref(node)
+
+        @rule(num_tokens=st.integers(0, 120))
+        def evict(self, num_tokens):
+            before = self.cache.evictable_size()
+            leaves = [n for n in self._nodes() if n.lock_ref == 0 and not n.children]
+            expected_first = min(leaves, key=self.cache._eviction_priority, default=None)
+            self.freed.clear()
+            evicted = self.cache.evict(num_tokens)
+            assert evicted >= min(num_tokens, before)
+            assert self.cache.evictable_size() == before - evicted
+            assert sum(len(v) for v in self.freed) == evicted
+            if num_tokens and expected_first is not None:
+                assert self.freed[0] is expected_first.value, "the lowest-priority leaf goes first"
+            for _node, key, prefix_len in self.locks:
+                assert self.cache.match_prefix(key).prefix_len >= prefix_len, "locked prefixes survive"
+
+        @rule()
+        def unlock_an_unlocked_node(self):
+            unlocked = [n for n in self._nodes() if n.lock_ref == 0]
+            if unlocked:
+                sizes = (self.cache.evictable_size(), self.cache.protected_size())
+                with pytest.raises(ValueError):
+                    self.cache.dec_lock_ref(unlocked[0])
+                assert (self.cache.evictable_size(), self.cache.protected_size()) == sizes
+
+        def _nodes(self):
+            stack, found = list(self.cache.root_node.children.values()), []
+            while stack:
+                node = stack.pop()
+                found.append(node)
+                stack.extend(node.children.values())
+            return found
+
+        @invariant()
+        def structure_holds(self):
+            check_invariants(self.cache)
+
+    return CacheMachine
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "priority"])
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["raw", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_random_operation_sequences(backend_name, ticking_clock, page_size, is_eagle, policy):
+    run_state_machine_as_test(
+        make_machine(page_size, is_eagle, policy),
+        settings=settings(max_examples=40, stateful_step_count=40, deadline=None),
+    )
+
+
+@pytest.mark.parametrize("policy", sorted(set(EVICTION_POLICIES) - {"lru", "lfu", "priority"}))
+def test_random_operation_sequences_other_policies(backend_name, ticking_clock, policy):
+    run_state_machine_as_test(
+        make_machine(1, False, policy), settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
+    )
+
+
+def test_a_long_random_workload_keeps_the_invariants(backend_name):
+    rng = random.Random(7)
+    cache = RadixCache(page_size=4, is_eagle=True)
+    prompts = [[rng.randrange(50) for _ in range(rng.randrange(1, 300))] for _ in range(30)]
+    locked = []
+    for step in range(600):
+        tokens = rng.choice(prompts)[: rng.randrange(1, 300)] + [rng.randrange(50) for _ in range(rng.randrange(20))]
+        op = rng.random()
+        if op < 0.5:
+            cache.insert(tokens)
+        elif op < 0.7:
+            locked.append(cache.match_prefix(tokens).last_node)
+            cache.inc_lock_ref(locked[-1])
+        elif op < 0.85 and locked:
+            cache.dec_lock_ref(locked.pop(rng.randrange(len(locked))))
+        else:
+            cache.evict(rng.randrange(200))
+        if step % 50 == 0:
+            check_invariants(cache)
+    check_invariants(cache)
