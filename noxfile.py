@@ -1,13 +1,19 @@
 """Every build, test and benchmark job of the radix monorepo.
 
-    nox -s lint tests-pure tests-native      # the fast checks
-    nox -s bench                             # the main job: the bigram benchmark with --check
+    nox -s lint tests-pure tests-native                           # no SGLang needed
+    nox -s tests-sglang tests-adapter-pure tests-adapter-native   # against real SGLang wheels (CPU)
+    nox -s bench                                                  # the main job
 
-Sessions use virtualenv + pip (never uv): pip is what finds this machine's local CPU build of torch.
+Sessions use virtualenv/venv + pip (never uv): pip is what finds this machine's local CPU build of
+torch. SGLang environments (~2.4 GB each) are built once per release under .nox/ and shared by
+every session that needs that release; those sessions install or remove radix-native inside them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -54,3 +60,100 @@ def bench(session: nox.Session) -> None:
     session.install(f"{CORE}[native]", NATIVE)
     args = session.posargs or ["--check"]
     session.run("python", "benchmarks/benchmark_convert_to_bigram_key.py", *args)
+
+
+# ----- SGLang on CPU ----------------------------------------------------------------------------
+
+# What `import sglang.srt.mem_cache.radix_cache` needs on CPU, installed with --no-deps so that
+# nothing pulls a CUDA torch (see DEVELOPERS notes: ../shared/notes/sglang.md).
+SGLANG_CPU_DEPS = [
+    "numpy==2.4.6", "orjson", "psutil", "pybase64", "requests", "urllib3", "charset-normalizer", "idna",
+    "certifi", "triton", "packaging", "pillow", "starlette", "anyio", "msgspec", "pydantic-core==2.50.5",
+    "pydantic", "typing-inspection", "annotated-types", "pyzmq", "tqdm", "ipython", "traitlets", "pygments",
+    "aiohttp", "multidict", "yarl", "propcache", "attrs", "aiohappyeyeballs", "aiosignal", "frozenlist",
+    "transformers==5.19.0", "regex", "huggingface-hub<2.0", "pyyaml", "httpx", "httpcore", "h11",
+    "safetensors", "tokenizers==0.23.2", "dill", "apache-tvm-ffi==0.1.11", "sentencepiece==0.2.1",
+    "compressed-tensors==0.18.0", "loguru", "gguf",
+]  # fmt: skip
+SGLANG_RELEASES = {
+    "0.5.10": ["openai==2.6.1", "sniffio", "partial-json-parser", "jiter", "distro"],
+    "0.5.23": [],
+}
+NATIVE_WHEELS = ROOT / ".nox" / "_wheels"
+
+
+def sglang_python(session: nox.Session, release: str) -> str:
+    """The interpreter of the shared environment for one SGLang release, built if missing or stale."""
+    env_dir = ROOT / ".nox" / f"sglang-{release}"
+    python = env_dir / "bin" / "python"
+    wanted = [TORCH, f"sglang=={release}", *SGLANG_CPU_DEPS, *SGLANG_RELEASES[release], *TEST_REQUIREMENTS]
+    stamp = env_dir / "radix-requirements.txt"
+    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(wanted):
+        session.log(f"reusing {env_dir}")
+        return str(python)
+    shutil.rmtree(env_dir, ignore_errors=True)
+    session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
+    constraints = env_dir / "constraints.txt"
+    constraints.write_text(TORCH + "\n")
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", str(constraints)]
+    session.run(*pip, TORCH, external=True)
+    session.run(*pip, "--no-deps", f"sglang=={release}", *SGLANG_CPU_DEPS, *SGLANG_RELEASES[release], external=True)
+    session.run(*pip, *TEST_REQUIREMENTS, external=True)
+    stamp.write_text("\n".join(wanted))
+    return str(python)
+
+
+def native_wheel(session: nox.Session) -> str:
+    """radix-native built once per source state, then installed into every environment needing it."""
+    sources = hashlib.sha256()
+    for path in sorted((ROOT / NATIVE).rglob("*")):
+        if path.is_file() and "build" not in path.relative_to(ROOT / NATIVE).parts:
+            sources.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    out_dir = NATIVE_WHEELS / sources.hexdigest()[:16]
+    wheels = sorted(out_dir.glob("radix_native-*.whl"))
+    if not wheels:
+        pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out_dir), NATIVE]
+        session.run(*pip_wheel, external=True)
+        wheels = sorted(out_dir.glob("radix_native-*.whl"))
+    return str(wheels[-1])
+
+
+def install_radix(session: nox.Session, python: str, native: bool) -> None:
+    """This checkout's radix-core and adapter, with or without radix-native, into a shared env."""
+    pip = [python, "-m", "pip", "--disable-pip-version-check"]
+    session.run(*pip, "install", "--quiet", "--no-deps", "--force-reinstall", CORE, ADAPTER, external=True)
+    if native:
+        session.run(*pip, "install", "--quiet", "--no-deps", "--force-reinstall", native_wheel(session), external=True)
+    else:
+        session.run(*pip, "uninstall", "--quiet", "--yes", "radix-native", external=True)
+
+
+DIFFERENTIAL_TEST = f"{ADAPTER}/tests/test_radix_cache_vs_sglang.py"
+ADAPTER_TESTS = [f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST]
+
+
+def run_sglang_tests(session: nox.Session, release: str, native: bool, tests: list[str]) -> None:
+    python = sglang_python(session, release)
+    install_radix(session, python, native)
+    env = {"RADIX_EXPECT_BACKEND": "native" if native else "python", "RADIX_EXPECT_SGLANG": release}
+    session.run(python, "-m", "pytest", *tests, *session.posargs, env=env, external=True)
+
+
+@nox.session(name="tests-sglang", venv_backend="none")
+def tests_sglang(session: nox.Session) -> None:
+    """radix-core's RadixCache against SGLang 0.5.23's own, operation by operation, both backends."""
+    run_sglang_tests(session, "0.5.23", True, [DIFFERENTIAL_TEST])
+
+
+@nox.session(name="tests-adapter-pure", venv_backend="none")
+@nox.parametrize("sglang", list(SGLANG_RELEASES))
+def tests_adapter_pure(session: nox.Session, sglang: str) -> None:
+    """The adapter in real SGLang (CPU), radix-core without radix-native."""
+    run_sglang_tests(session, sglang, False, ADAPTER_TESTS)
+
+
+@nox.session(name="tests-adapter-native", venv_backend="none")
+@nox.parametrize("sglang", list(SGLANG_RELEASES))
+def tests_adapter_native(session: nox.Session, sglang: str) -> None:
+    """The adapter in real SGLang (CPU), radix-core with radix-native."""
+    run_sglang_tests(session, sglang, True, ADAPTER_TESTS)

@@ -8,7 +8,9 @@ from importlib.metadata import requires
 import pytest
 
 import radix_core
-from conftest import EXPECTED_BACKEND
+from radix_core.testing import expected_backend
+
+EXPECTED_BACKEND = expected_backend()
 
 
 def test_session_runs_the_expected_backend():

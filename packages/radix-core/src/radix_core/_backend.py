@@ -6,13 +6,14 @@ a one-way switch to Python when a native kernel fails (logged once, never raised
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
 import threading
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
@@ -143,6 +144,18 @@ def _native_failed(kernel: str, error: BaseException) -> None:
         reason = f"native {kernel} raised {type(error).__name__}: {error}"
         _status = dataclasses.replace(_status, active="python", reason=reason)
     logger.warning("%s; radix_core uses the Python reference from now on", reason)
+
+
+@contextlib.contextmanager
+def python_reference_only() -> Iterator[None]:
+    """Run a block on the Python reference whatever is loaded (tests compare both in one process)."""
+    global native_kernels
+    saved = native_kernels
+    native_kernels = None
+    try:
+        yield
+    finally:
+        native_kernels = saved
 
 
 F = TypeVar("F", bound=Callable[..., Any])

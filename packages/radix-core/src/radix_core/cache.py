@@ -124,28 +124,28 @@ class RadixCache:
         """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside one."""
         key = self._as_cache_key(key).page_aligned(self.page_size)
         page = self.page_size
+        units = len(key)
         node = self.root_node
         access_time = time.monotonic()
         node.last_access_time = access_time
         values = []
-        matched = 0
-        while len(key):
-            child = node.children.get(key.child_key(page))
+        position = 0
+        while position < units:
+            child = node.children.get(key.child_key_at(position, page))
             if child is None:
                 break
             child.last_access_time = access_time
-            self._reprioritize(child)
-            shared = child.key.match(key, page)
+            if not child.children:
+                self._reprioritize(child)
+            shared = child.key.match_at(key, position, page)
+            position += shared
             if shared < len(child.key):
-                child = self._split(child, shared)
-            values.append(child.value)
-            matched += shared
-            node = child
-            if shared < len(key):
-                key = key[shared:]  # type: ignore[assignment]
-            else:
+                node = self._split(child, shared)
+                values.append(node.value)
                 break
-        return MatchResult(matched, node, self._join(values))
+            values.append(child.value)
+            node = child
+        return MatchResult(position, node, self._join(values))
 
     def insert(self, key: KeyLike, value: Any = None, priority: int = 0) -> int:
         """Cache ``key`` with one value item per token of ``key``; returns how many units were
@@ -172,24 +172,26 @@ class RadixCache:
         node.priority = max(node.priority, priority)
         position = 0
         while position < units:
-            child = node.children.get(key.child_key(page))
+            child = node.children.get(key.child_key_at(position, page))
             if child is None:
                 break
             child.last_access_time = access_time
-            shared = child.key.match(key, page)
+            shared = child.key.match_at(key, position, page)
             if shared < len(child.key):
-                self._reprioritize(child)  # the lower part keeps its children and got a new access time
+                if not child.children:
+                    self._reprioritize(child)  # the lower part keeps its children and got a new access time
                 child = self._split(child, shared)
             child.priority = max(child.priority, priority)
             child.hit_count += 1
-            self._reprioritize(child)
+            if not child.children:
+                self._reprioritize(child)
             node = child
             position += shared
-            key = key[shared:]  # type: ignore[assignment]
         if position < units:
-            leaf = TreeNode(key.compact(), kind.cut(value, position, units), node, priority)
+            rest = key[position:]
+            leaf = TreeNode(rest.compact(), kind.cut(value, position, units), node, priority)  # type: ignore[union-attr]
             leaf.hit_count = 1
-            node.children[key.child_key(page)] = leaf
+            node.children[rest.child_key(page)] = leaf  # type: ignore[union-attr]
             self._node_count += 1
             self._evictable_size += units - position
             self._reprioritize(leaf)

@@ -179,9 +179,20 @@ class RadixKey:
 
     def match(self, other: RadixKey, page_size: int = 1) -> int:
         """Units shared at the start of both keys, rounded down to a multiple of ``page_size``."""
-        self._check_compatible(other)
-        raw = min(self._stop - self._start, other._stop - other._start)
-        matched = common_prefix_length(self._tokens, self._start, other._tokens, other._start, raw)
+        return self.match_at(other, 0, page_size)
+
+    def match_at(self, other: RadixKey, offset: int, page_size: int = 1) -> int:
+        """Like ``self.match(other[offset:], page_size)`` without making the window."""
+        if self.extra_key != other.extra_key or self.is_bigram != other.is_bigram:
+            self._check_compatible(other)
+        other_start = other._start + offset
+        other_raw = other._stop - other_start  # raw tokens of other[offset:]
+        if offset < 0 or other_raw < (1 if self.is_bigram and offset else 0):
+            raise IndexError(f"offset {offset} is outside a key of length {len(other)}")
+        raw = self._stop - self._start
+        matched = common_prefix_length(
+            self._tokens, self._start, other._tokens, other_start, raw if raw < other_raw else other_raw
+        )
         if self.is_bigram:
             # bigram i agrees iff raw tokens i and i + 1 do
             matched = matched - 1 if matched > 1 else 0
@@ -192,9 +203,14 @@ class RadixKey:
 
         A token id (page 1), a tuple of ids, a pair (bigram, page 1) or a tuple of pairs.
         """
-        if len(self) < page_size:
-            raise IndexError(f"child_key needs {page_size} units, the key has {len(self)}")
-        tokens, start = self._tokens, self._start
+        return self.child_key_at(0, page_size)
+
+    def child_key_at(self, offset: int, page_size: int = 1) -> Hashable:
+        """``self[offset:].child_key(page_size)`` without making the window."""
+        tokens, start = self._tokens, self._start + offset
+        # raw tokens needed: page_size units, plus the bigram's second token
+        if offset < 0 or self._stop - start < page_size + self.is_bigram:
+            raise IndexError(f"child_key needs {page_size} units at {offset}, the key has {len(self)}")
         if self.is_bigram:
             if page_size == 1:
                 plain: Hashable = (tokens[start], tokens[start + 1])

@@ -1,0 +1,39 @@
+"""pytest support for suites that test code on both radix-core backends (needs pytest).
+
+Import the fixture into a ``conftest.py``: ``from radix_core.testing import backend_name``.
+Set ``RADIX_EXPECT_BACKEND=native`` in a session that must run native: a missing or fallen-back
+native backend then fails the test instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from . import _backend
+
+EXPECT_BACKEND_ENV = "RADIX_EXPECT_BACKEND"
+
+
+def expected_backend() -> str | None:
+    """The backend this test session promises to run, if it promises one."""
+    return os.environ.get(EXPECT_BACKEND_ENV)
+
+
+@pytest.fixture(params=["python", "native"])
+def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs the test once with radix-core's kernels bound to each backend."""
+    if request.param == "python":
+        with _backend.python_reference_only():
+            yield "python"
+        return
+    status = _backend.backend()
+    if status.active != "native":
+        if expected_backend() == "native":
+            pytest.fail(f"this session needs the native backend, but: {status.reason}")
+        pytest.skip(f"native backend not in use: {status.reason}")
+    yield "native"
+    after = _backend.backend()
+    assert after.active == "native", f"a native kernel fell back to Python during the test: {after.reason}"

@@ -1,0 +1,253 @@
+"""Replaces SGLang's ``convert_to_bigram_key`` with radix-core's, everywhere SGLang holds it.
+
+SGLang 0.5.10 defines the function in ``mem_cache.utils`` but its callers bind it by name at import
+(``from ...utils import convert_to_bigram_key``), and SWA caches also keep it per instance
+(``self.key_convert_fn``). Patching the ``utils`` attribute alone reaches none of the calls, so
+activation also rebinds every ``sglang.*`` module attribute and every live SWA cache that holds the
+original. Modules imported later bind the replacement from ``utils`` by themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import importlib
+import importlib.metadata
+import logging
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+logger = logging.getLogger("radix_sglang_adapter")
+
+DISABLE_ENV = "RADIX_SGLANG_ADAPTER_DISABLE"
+# Releases this adapter was tested against (inclusive); it refuses to patch any other.
+TESTED_RELEASES = ((0, 5, 10), (0, 5, 23))
+UTILS_MODULE = "sglang.srt.mem_cache.utils"
+FUNCTION = "convert_to_bigram_key"
+# Where SGLang 0.5.10 binds the function by name (each may or may not be imported yet).
+BINDING_MODULES = (
+    "sglang.srt.mem_cache.radix_cache",
+    "sglang.srt.mem_cache.swa_radix_cache",
+    "sglang.srt.mem_cache.hiradix_cache",
+)
+SWA_MODULE, SWA_CLASS = "sglang.srt.mem_cache.swa_radix_cache", "SWARadixCache"
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("", "0", "false", "no", "off")
+
+State = Literal["inactive", "active", "disabled", "refused", "failed"]
+# "not patched" is the one bad state: SGLang holds something else than what activation put there.
+PointState = Literal["patched", "restored", "binds at import", "not in this release", "not patched"]
+
+
+class AdapterError(RuntimeError):
+    """Activation was refused or failed (only an explicit ``activate()`` raises it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchPoint:
+    """One place where SGLang holds ``convert_to_bigram_key``, and what activation did there."""
+
+    target: str
+    state: PointState
+    detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterStatus:
+    """What the adapter knows: SGLang's version, each patch point, radix-core's backend."""
+
+    state: State
+    reason: str
+    sglang_version: str | None
+    activated_by: str | None
+    patch_points: tuple[PatchPoint, ...]
+    radix_core_backend: str
+
+    def format(self) -> str:
+        lines = [
+            f"radix-sglang-adapter: {self.state} ({self.reason})",
+            f"SGLang: {self.sglang_version or 'not installed'}"
+            + (f", activated by {self.activated_by}" if self.activated_by else ""),
+            f"radix-core backend: {self.radix_core_backend}",
+        ]
+        lines += [f"  {p.state:>16}  {p.target}" + (f"  ({p.detail})" if p.detail else "") for p in self.patch_points]
+        return "\n".join(lines)
+
+
+def sglang_convert_to_bigram_key(tokens: Any) -> Any:
+    """What SGLang calls once activated: radix-core's dispatcher (native when available, and
+    degrading to the Python reference, once, on any native failure)."""
+    return _radix_convert(tokens)
+
+
+def _radix_convert(tokens: Any) -> Any:  # rebound to radix_core.convert_to_bigram_key on activation
+    raise AssertionError("radix-sglang-adapter was not activated")
+
+
+_lock = threading.RLock()
+_original: Callable[..., Any] | None = None  # SGLang's own function, saved once
+_state: State = "inactive"
+_reason = "activate() has not been called"
+_activated_by: str | None = None
+_points: tuple[PatchPoint, ...] = ()
+
+
+def kill_switch() -> bool:
+    """True when RADIX_SGLANG_ADAPTER_DISABLE asks to leave SGLang alone; raises on an unknown value."""
+    raw = os.environ.get(DISABLE_ENV, "")
+    word = raw.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise AdapterError(f"{DISABLE_ENV}={raw!r} is not a boolean; use 1/true/yes/on or 0/false/no/off")
+
+
+def sglang_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return tuple(int(part) for part in found.groups()) if found else None  # type: ignore[return-value]
+
+
+def original_convert_to_bigram_key() -> Callable[..., Any] | None:
+    """SGLang's own function, as it was before activation (None before the first activation)."""
+    return _original
+
+
+def status() -> AdapterStatus:
+    try:
+        import radix_core
+
+        backend = radix_core.backend()
+        backend_text = f"{backend.active} ({backend.reason})"
+    except Exception as exc:  # status must answer even when radix-core is broken
+        backend_text = f"unavailable: {type(exc).__name__}: {exc}"
+    return AdapterStatus(_state, _reason, sglang_version(), _activated_by, _points, backend_text)
+
+
+def _set(state: State, reason: str, points: tuple[PatchPoint, ...] = ()) -> AdapterStatus:
+    global _state, _reason, _points
+    _state, _reason, _points = state, reason, points
+    return status()
+
+
+def activate(*, source: str = "activate()") -> AdapterStatus:
+    """Patch SGLang (idempotent). Raises AdapterError for an untested SGLang release or a failure;
+    with the kill switch set it patches nothing and says so."""
+    global _original, _activated_by, _radix_convert
+    with _lock:
+        if kill_switch():
+            deactivate()
+            return _set("disabled", f"{DISABLE_ENV} is set: SGLang keeps its own convert_to_bigram_key")
+        version = sglang_version()
+        if version is None:
+            _set("refused", "SGLang is not installed")
+            raise AdapterError("SGLang is not installed: nothing to patch")
+        release = _release(version)
+        if release is None or not TESTED_RELEASES[0] <= release <= TESTED_RELEASES[1]:
+            low, high = (".".join(map(str, r)) for r in TESTED_RELEASES)
+            reason = f"SGLang {version} is outside the releases this adapter was tested with ({low} to {high})"
+            _set("refused", reason)
+            raise AdapterError(f"{reason}; refusing to patch. Upgrade radix-sglang-adapter or set {DISABLE_ENV}=1")
+        try:
+            import radix_core
+
+            utils = importlib.import_module(UTILS_MODULE)
+        except Exception as exc:
+            reason = f"cannot import what activation needs: {type(exc).__name__}: {exc}"
+            _set("failed", reason)
+            raise AdapterError(reason) from exc
+        current = getattr(utils, FUNCTION, None)
+        if current is None:
+            if _state != "active":
+                logger.info(
+                    "SGLang %s has no %s (EAGLE keys are bigram views there): nothing to patch", version, FUNCTION
+                )
+            _activated_by = _activated_by or source
+            points = (PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "not in this release"),)
+            return _set("active", f"nothing to patch in SGLang {version}", points)
+        if current is not sglang_convert_to_bigram_key:
+            _original = _original or current
+            _radix_convert = radix_core.convert_to_bigram_key
+            setattr(utils, FUNCTION, sglang_convert_to_bigram_key)
+        points = (
+            PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "patched"),
+            *_rebind_modules(_original, sglang_convert_to_bigram_key, "patched"),
+            _rebind_swa_instances(_original, sglang_convert_to_bigram_key, "patched"),
+        )
+        if _state != "active":
+            logger.info("radix-sglang-adapter active in SGLang %s (%s)", version, source)
+        _activated_by = _activated_by or source
+        return _set("active", f"SGLang {version} calls radix-core's convert_to_bigram_key", points)
+
+
+def deactivate() -> AdapterStatus:
+    """Put SGLang's own function back everywhere the replacement went (idempotent)."""
+    global _activated_by
+    with _lock:
+        if _original is None or _state != "active":
+            return status()
+        utils = sys.modules.get(UTILS_MODULE)
+        if utils is not None and getattr(utils, FUNCTION, None) is sglang_convert_to_bigram_key:
+            setattr(utils, FUNCTION, _original)
+        points = (
+            PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "restored"),
+            *_rebind_modules(sglang_convert_to_bigram_key, _original, "restored"),
+            _rebind_swa_instances(sglang_convert_to_bigram_key, _original, "restored"),
+        )
+        _activated_by = None
+        logger.info("radix-sglang-adapter deactivated: SGLang uses its own %s again", FUNCTION)
+        return _set("inactive", "deactivate() restored SGLang's own function", points)
+
+
+def _rebind_modules(old: Any, new: Any, done: PointState) -> list[PatchPoint]:
+    """Swap ``old`` for ``new`` in every sglang.* module attribute named FUNCTION."""
+    points = {}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang.") and name != UTILS_MODULE and getattr(module, FUNCTION, None) is old:
+            setattr(module, FUNCTION, new)
+            points[name] = PatchPoint(f"{name}.{FUNCTION}", done)
+    for name in BINDING_MODULES:
+        if name not in points:
+            if name not in sys.modules:
+                points[name] = PatchPoint(f"{name}.{FUNCTION}", "binds at import", "not imported yet")
+            else:
+                held = getattr(sys.modules[name], FUNCTION, None)
+                if held is new:
+                    points[name] = PatchPoint(f"{name}.{FUNCTION}", done)
+                else:
+                    points[name] = PatchPoint(f"{name}.{FUNCTION}", "not patched", f"holds {held!r}")
+    return list(points.values())
+
+
+def _rebind_swa_instances(old: Any, new: Any, done: PointState) -> PatchPoint:
+    """SWA caches copy the function into ``self.key_convert_fn`` when built: swap it in live ones."""
+    target = f"{SWA_MODULE}.{SWA_CLASS}().key_convert_fn"
+    module = sys.modules.get(SWA_MODULE)
+    cls = getattr(module, SWA_CLASS, None)
+    if cls is None:
+        return PatchPoint(target, "binds at import", "no SWA cache module imported yet")
+    swapped = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, cls) and obj.__dict__.get("key_convert_fn") is old:
+            obj.key_convert_fn = new
+            swapped += 1
+    return PatchPoint(target, done, f"{swapped} live instance(s); new ones bind at construction")
+
+
+def activate_guarded(source: str) -> None:
+    """Automatic activation: never raises into SGLang; a refusal or failure is logged once."""
+    try:
+        activate(source=source)
+    except Exception as exc:
+        logger.warning("radix-sglang-adapter not activated (%s): %s", source, exc)

@@ -1,0 +1,24 @@
+"""SGLang must import on this CPU machine before any test module touches it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import sglang_cpu_shim
+from radix_core.testing import backend_name  # noqa: F401  (the fixture)
+
+settings.register_profile("radix", suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+settings.load_profile("radix")
+
+EXPECTED_SGLANG = os.environ.get("RADIX_EXPECT_SGLANG")
+
+try:
+    sglang_cpu_shim.install()
+    import sglang.srt.mem_cache.radix_cache  # noqa: F401
+except ImportError as exc:
+    if EXPECTED_SGLANG:
+        raise
+    pytest.skip(f"SGLang is not importable here: {exc}", allow_module_level=True)

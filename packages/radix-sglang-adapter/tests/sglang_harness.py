@@ -1,0 +1,94 @@
+"""Builds SGLang's own RadixCache on CPU, for 0.5.10 (list keys) and 0.5.23 (array keys) alike."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from array import array
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from sglang.srt.mem_cache import radix_cache
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+
+SGLANG_VERSION = importlib.metadata.version("sglang")
+# Releases whose radix cache still calls convert_to_bigram_key (keys are lists of ints there).
+CALLS_CONVERT = hasattr(importlib.import_module("sglang.srt.mem_cache.utils"), "convert_to_bigram_key")
+
+
+class RecordingAllocator:
+    """The KV-pool allocator surface RadixCache uses: records what it frees."""
+
+    device = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self.freed: list[torch.Tensor] = []
+
+    def free(self, indices: torch.Tensor) -> None:
+        self.freed.append(indices.clone())
+
+    def free_segment(self, indices: torch.Tensor, start_pos: int = 0) -> None:
+        self.free(indices)
+
+
+class ReqToTokenPool:
+    """Rows of KV indices per request, as SGLang's ReqToTokenPool keeps them."""
+
+    def __init__(self, rows: int, width: int) -> None:
+        self.req_to_token = torch.zeros((rows, width), dtype=torch.int64)
+
+    def write(self, index: Any, values: torch.Tensor) -> None:
+        self.req_to_token[index] = values
+
+
+def make_cache(page_size: int = 1, is_eagle: bool = True, eviction_policy: str = "lru", pool: Any = None) -> Any:
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=pool,
+        token_to_kv_pool_allocator=RecordingAllocator(),
+        page_size=page_size,
+        is_eagle=is_eagle,
+        eviction_policy=eviction_policy,
+    )
+    return radix_cache.RadixCache(params)
+
+
+def key(tokens: list[int], extra_key: Any = None) -> Any:
+    """A RadixKey of this SGLang release (lists before the bigram view, array('q') after)."""
+    return radix_cache.RadixKey(list(tokens) if CALLS_CONVERT else array("q", tokens), extra_key)
+
+
+def insert(cache: Any, tokens: list[int], value: torch.Tensor, extra_key: Any = None, priority: int = 0) -> int:
+    return cache.insert(InsertParams(key=key(tokens, extra_key), value=value, priority=priority)).prefix_len
+
+
+def match(cache: Any, tokens: list[int], extra_key: Any = None) -> tuple[int, Any, torch.Tensor]:
+    """(matched units, last node, their KV indices) in either release's result shape."""
+    result = cache.match_prefix(MatchPrefixParams(key=key(tokens, extra_key)))
+    node = result.last_device_node
+    if hasattr(result, "device_prefix_len"):
+        return result.device_prefix_len, node, cache.path_device_indices(node)
+    return len(result.device_indices), node, result.device_indices
+
+
+def evict(cache: Any, num_tokens: int) -> int:
+    return cache.evict(EvictParams(num_tokens=num_tokens)).num_tokens_evicted
+
+
+def make_request(pool: ReqToTokenPool, row: int, prompt: list[int], output: list[int], root: Any) -> Any:
+    """A stand-in for SGLang 0.5.10's Req with what cache_(un)finished_req reads, its KV row filled."""
+    tokens = prompt + output
+    pool.req_to_token[row, : len(tokens)] = torch.arange(1000 * row, 1000 * row + len(tokens))
+    return SimpleNamespace(
+        origin_input_ids=list(prompt),
+        output_ids=list(output),
+        fill_ids=list(tokens),
+        req_pool_idx=row,
+        extra_key=None,
+        last_node=root,
+        cache_protected_len=0,
+        priority=0,
+        prefix_indices=torch.empty(0, dtype=torch.int64),
+        pop_committed_kv_cache=lambda: len(tokens),
+    )
