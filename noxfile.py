@@ -157,3 +157,22 @@ def tests_adapter_pure(session: nox.Session, sglang: str) -> None:
 def tests_adapter_native(session: nox.Session, sglang: str) -> None:
     """The adapter in real SGLang (CPU), radix-core with radix-native."""
     run_sglang_tests(session, sglang, True, ADAPTER_TESTS)
+
+
+@nox.session(name="bench-radix-cache", venv_backend="none")
+def bench_radix_cache(session: nox.Session) -> None:
+    """radix-core (pure, native) vs SGLang 0.5.23's RadixCache on EAGLE workloads; writes the plot."""
+    python = sglang_python(session, "0.5.23")
+    install_radix(session, python, native=True)
+    session.run(python, "-m", "pip", "install", "--quiet", "matplotlib==3.11.2", external=True)
+    args = session.posargs or ["--check", "--plot", "docs/radix_cache_benchmark.png"]
+    session.run(python, "-W", "ignore", "benchmarks/benchmark_radix_cache.py", *args, external=True)
+
+
+@nox.session(name="bench-sglang-path", venv_backend="none")
+def bench_sglang_path(session: nox.Session) -> None:
+    """SGLang 0.5.10's EAGLE cache paths with the adapter off, on (pure) and on (native)."""
+    python = sglang_python(session, "0.5.10")
+    install_radix(session, python, native=True)
+    args = session.posargs or ["--check"]
+    session.run(python, "-W", "ignore", "benchmarks/benchmark_sglang_cache_path.py", *args, external=True)

@@ -137,7 +137,7 @@ class RadixCache:
             child.last_access_time = access_time
             if not child.children:
                 self._reprioritize(child)
-            shared = child.key.match_at(key, position, page)
+            shared = child.key._shared_units(key, position, page)  # same namespace: found by child key
             position += shared
             if shared < len(child.key):
                 node = self._split(child, shared)
@@ -176,7 +176,7 @@ class RadixCache:
             if child is None:
                 break
             child.last_access_time = access_time
-            shared = child.key.match_at(key, position, page)
+            shared = child.key._shared_units(key, position, page)  # same namespace: found by child key
             if shared < len(child.key):
                 if not child.children:
                     self._reprioritize(child)  # the lower part keeps its children and got a new access time

@@ -183,12 +183,16 @@ class RadixKey:
 
     def match_at(self, other: RadixKey, offset: int, page_size: int = 1) -> int:
         """Like ``self.match(other[offset:], page_size)`` without making the window."""
-        if self.extra_key != other.extra_key or self.is_bigram != other.is_bigram:
-            self._check_compatible(other)
-        other_start = other._start + offset
-        other_raw = other._stop - other_start  # raw tokens of other[offset:]
-        if offset < 0 or other_raw < (1 if self.is_bigram and offset else 0):
+        self._check_compatible(other)
+        if offset < 0 or offset > len(other):
             raise IndexError(f"offset {offset} is outside a key of length {len(other)}")
+        return self._shared_units(other, offset, page_size)
+
+    def _shared_units(self, other: RadixKey, offset: int, page_size: int) -> int:
+        """``match_at`` for callers that know the keys are compatible and ``offset`` in range (the
+        cache's walk finds nodes by namespaced child key, so it does)."""
+        other_start = other._start + offset
+        other_raw = other._stop - other_start
         raw = self._stop - self._start
         matched = common_prefix_length(
             self._tokens, self._start, other._tokens, other_start, raw if raw < other_raw else other_raw
