@@ -10,6 +10,9 @@ Workloads:
 - multi-turn-100k: 4 chats growing by ~2.5k tokens a turn until 100k tokens of history.
 - no-reuse: random 1k-4k token prompts, nothing shared.
 
+"SGLang + adapter match_at" is SGLang's own cache with radix-sglang-adapter's optional native
+``RadixKey.match_at`` (RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH=1).
+
 Needs SGLang (0.5.12+, e.g. 0.5.23) importable; on a CPU-only machine the adapter's test shim is used.
 
     python benchmarks/benchmark_radix_cache.py [--check] [--json FILE] [--plot FILE.png]
@@ -45,6 +48,7 @@ from sglang.srt.mem_cache.radix_cache import RadixCache as SGLangRadixCache  # n
 from sglang.srt.mem_cache.radix_cache import RadixKey as SGLangRadixKey  # noqa: E402
 
 import radix_core  # noqa: E402
+import radix_sglang_adapter  # noqa: E402
 from radix_core._backend import python_reference_only  # noqa: E402
 
 VOCAB = 152_064
@@ -143,8 +147,17 @@ def replay_pure(stream: list[Request]) -> tuple[float, list[int]]:
         return replay_radix_core(stream)
 
 
+def replay_sglang_accelerated(stream: list[Request]) -> tuple[float, list[int]]:
+    radix_sglang_adapter.activate(accelerate_match=True)
+    try:
+        return replay_sglang(stream)
+    finally:
+        radix_sglang_adapter.deactivate()
+
+
 IMPLEMENTATIONS = {
     "SGLang RadixCache": replay_sglang,
+    "SGLang + adapter match_at": replay_sglang_accelerated,
     "radix-core pure": replay_pure,
     "radix-core native": replay_radix_core,
 }
@@ -245,7 +258,7 @@ def main() -> int:
         print(f"\n{name}: {row['requests']} requests, {row['tokens']:,} tokens inserted")
         for impl, v in row["implementations"].items():
             spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
-            print(f"  {impl:<20} {v['us_per_request']:>10.1f} us/request  {v['speedup']:>6.2f}x {spread}")
+            print(f"  {impl:<26} {v['us_per_request']:>10.1f} us/request  {v['speedup']:>6.2f}x {spread}")
     print()
     found = verdicts(rows)
     for text, ok in found:

@@ -306,11 +306,12 @@ class RadixCache:
         return kind
 
     def _join(self, values: list[Any]) -> Any:
+        kind = self._value_kind
         if values:
-            return self._value_kind.concat(values)  # type: ignore[union-attr]
-        if self._value_kind is None:
+            return kind.concat(values)  # type: ignore[union-attr]
+        if kind is None:
             return array("q")
-        return self._value_kind.cut(self._empty_value, 0, 0)
+        return self._empty_value if kind.empty_is_shareable else kind.cut(self._empty_value, 0, 0)
 
     def _split(self, child: TreeNode, at: int) -> TreeNode:
         """Cut ``child`` after ``at`` units; returns the new upper node (SGLang's node split)."""

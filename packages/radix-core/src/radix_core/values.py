@@ -21,6 +21,9 @@ class ValueKind:
     """Operations on one kind of value; the plain-sequence base serves ``list``."""
 
     name = "list"
+    # An empty tensor or ndarray cannot grow in place, so one can be handed to every caller (as
+    # SGLang does); an empty list or array could be appended to, so each caller gets a new one.
+    empty_is_shareable = False
 
     def check(self, value: Any) -> None:
         if not all(type(item) is int for item in value):
@@ -53,6 +56,7 @@ class _ArrayKind(ValueKind):
 
 class _TensorKind(ValueKind):
     name = "torch"
+    empty_is_shareable = True
 
     def check(self, value: Any) -> None:
         if value.dim() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == _loaded("torch").bool:
@@ -68,6 +72,7 @@ class _TensorKind(ValueKind):
 
 class _NumpyKind(ValueKind):
     name = "numpy"
+    empty_is_shareable = True
 
     def check(self, value: Any) -> None:
         if value.ndim != 1 or value.dtype.kind not in "iu":

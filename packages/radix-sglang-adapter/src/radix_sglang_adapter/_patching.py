@@ -24,6 +24,7 @@ from typing import Any, Literal
 logger = logging.getLogger("radix_sglang_adapter")
 
 DISABLE_ENV = "RADIX_SGLANG_ADAPTER_DISABLE"
+ACCELERATE_ENV = "RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH"
 # Releases this adapter was tested against (inclusive); it refuses to patch any other.
 TESTED_RELEASES = ((0, 5, 10), (0, 5, 23))
 UTILS_MODULE = "sglang.srt.mem_cache.utils"
@@ -35,6 +36,7 @@ BINDING_MODULES = (
     "sglang.srt.mem_cache.hiradix_cache",
 )
 SWA_MODULE, SWA_CLASS = "sglang.srt.mem_cache.swa_radix_cache", "SWARadixCache"
+RADIX_KEY_MODULE = "sglang.srt.mem_cache.radix_cache"
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("", "0", "false", "no", "off")
 
@@ -84,27 +86,74 @@ def sglang_convert_to_bigram_key(tokens: Any) -> Any:
     return _radix_convert(tokens)
 
 
-def _radix_convert(tokens: Any) -> Any:  # rebound to radix_core.convert_to_bigram_key on activation
-    raise AssertionError("radix-sglang-adapter was not activated")
+def _bind_radix_convert(tokens: Any) -> Any:
+    """First call: bind radix-core's dispatcher (radix_core is only imported when first needed)."""
+    global _radix_convert
+    import radix_core
+
+    _radix_convert = radix_core.convert_to_bigram_key
+    return _radix_convert(tokens)
+
+
+_radix_convert: Callable[[Any], Any] = _bind_radix_convert
+
+
+def accelerated_match_at(self: Any, other: Any, offset: int, page_size: int = 1) -> int:
+    """SGLang 0.5.12+'s ``RadixKey.match_at`` with its comparison done by radix-core.
+
+    SGLang finds the first differing raw token by galloping slice compares; radix-core's
+    ``common_prefix_length`` answers the same question (natively over ``array('q')``). The checks
+    before it and the unit arithmetic after it are the same as SGLang's: same results, same errors.
+    """
+    self._check_compatible(other)
+    if self.is_bigram != other.is_bigram:
+        raise ValueError("RadixKey.match_at needs both keys in the same bigram mode")
+    if offset < 0 or offset > len(other):
+        raise IndexError(f"RadixKey offset {offset} is outside [0, {len(other)}]")
+    mine, theirs = self.token_ids, other.token_ids
+    assert type(mine) is type(theirs), (type(mine), type(theirs))
+    raw_tokens = min(self._raw_len(), other._raw_len() - offset)
+    same_tokens = _radix_common_prefix_length(mine, 0, theirs, offset, raw_tokens)
+    if self.is_bigram:
+        units = max(0, min(same_tokens - 1, len(self), len(other) - offset))
+    else:
+        units = min(same_tokens, len(self), len(other) - offset)
+    return units - units % page_size if page_size > 1 else units
+
+
+def _bind_common_prefix_length(*args: Any) -> int:
+    global _radix_common_prefix_length
+    import radix_core
+
+    _radix_common_prefix_length = radix_core.common_prefix_length
+    return _radix_common_prefix_length(*args)
+
+
+_radix_common_prefix_length: Callable[..., int] = _bind_common_prefix_length
 
 
 _lock = threading.RLock()
 _original: Callable[..., Any] | None = None  # SGLang's own function, saved once
+_original_match_at: Callable[..., Any] | None = None  # SGLang's RadixKey.match_at, when replaced
 _state: State = "inactive"
 _reason = "activate() has not been called"
 _activated_by: str | None = None
 _points: tuple[PatchPoint, ...] = ()
 
 
-def kill_switch() -> bool:
-    """True when RADIX_SGLANG_ADAPTER_DISABLE asks to leave SGLang alone; raises on an unknown value."""
-    raw = os.environ.get(DISABLE_ENV, "")
+def _boolean_env(name: str) -> bool:
+    raw = os.environ.get(name, "")
     word = raw.strip().lower()
     if word in _TRUE_WORDS:
         return True
     if word in _FALSE_WORDS:
         return False
-    raise AdapterError(f"{DISABLE_ENV}={raw!r} is not a boolean; use 1/true/yes/on or 0/false/no/off")
+    raise AdapterError(f"{name}={raw!r} is not a boolean; use 1/true/yes/on or 0/false/no/off")
+
+
+def kill_switch() -> bool:
+    """True when RADIX_SGLANG_ADAPTER_DISABLE asks to leave SGLang alone; raises on an unknown value."""
+    return _boolean_env(DISABLE_ENV)
 
 
 def sglang_version() -> str | None:
@@ -141,14 +190,26 @@ def _set(state: State, reason: str, points: tuple[PatchPoint, ...] = ()) -> Adap
     return status()
 
 
-def activate(*, source: str = "activate()") -> AdapterStatus:
+def accelerate_match_requested() -> bool:
+    """True when RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH asks for the native RadixKey.match_at."""
+    return _boolean_env(ACCELERATE_ENV)
+
+
+def activate(*, source: str = "activate()", accelerate_match: bool | None = None) -> AdapterStatus:
     """Patch SGLang (idempotent). Raises AdapterError for an untested SGLang release or a failure;
-    with the kill switch set it patches nothing and says so."""
-    global _original, _activated_by, _radix_convert
+    with the kill switch set it patches nothing and says so.
+
+    ``accelerate_match`` (default: RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH) also replaces
+    ``RadixKey.match_at`` of SGLang 0.5.12+ with one whose comparison is radix-core's
+    ``common_prefix_length``; everything else in it behaves as SGLang's. Patches accumulate:
+    only ``deactivate()`` (or the kill switch) takes them back."""
+    global _activated_by
     with _lock:
         if kill_switch():
             deactivate()
-            return _set("disabled", f"{DISABLE_ENV} is set: SGLang keeps its own convert_to_bigram_key")
+            return _set("disabled", f"{DISABLE_ENV} is set: SGLang keeps its own functions")
+        if accelerate_match is None:
+            accelerate_match = accelerate_match_requested()
         version = sglang_version()
         if version is None:
             _set("refused", "SGLang is not installed")
@@ -160,54 +221,85 @@ def activate(*, source: str = "activate()") -> AdapterStatus:
             _set("refused", reason)
             raise AdapterError(f"{reason}; refusing to patch. Upgrade radix-sglang-adapter or set {DISABLE_ENV}=1")
         try:
-            import radix_core
+            import radix_core  # noqa: F401  (fail here, not on SGLang's first call)
 
             utils = importlib.import_module(UTILS_MODULE)
+            radix_cache = importlib.import_module(RADIX_KEY_MODULE) if accelerate_match else None
         except Exception as exc:
             reason = f"cannot import what activation needs: {type(exc).__name__}: {exc}"
             _set("failed", reason)
             raise AdapterError(reason) from exc
-        current = getattr(utils, FUNCTION, None)
-        if current is None:
-            if _state != "active":
+        points = _patch_conversion(utils)
+        patched = [FUNCTION] if points[0].state == "patched" else []
+        if radix_cache is not None:
+            points.append(_patch_match_at(radix_cache, version))
+            patched += ["RadixKey.match_at"] if points[-1].state == "patched" else []
+        if _state != "active":
+            if patched:
+                logger.info("radix-sglang-adapter active in SGLang %s (%s): %s", version, source, ", ".join(patched))
+            else:
                 logger.info(
                     "SGLang %s has no %s (EAGLE keys are bigram views there): nothing to patch", version, FUNCTION
                 )
-            _activated_by = _activated_by or source
-            points = (PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "not in this release"),)
-            return _set("active", f"nothing to patch in SGLang {version}", points)
-        if current is not sglang_convert_to_bigram_key:
-            _original = _original or current
-            _radix_convert = radix_core.convert_to_bigram_key
-            setattr(utils, FUNCTION, sglang_convert_to_bigram_key)
-        points = (
-            PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "patched"),
-            *_rebind_modules(_original, sglang_convert_to_bigram_key, "patched"),
-            _rebind_swa_instances(_original, sglang_convert_to_bigram_key, "patched"),
-        )
-        if _state != "active":
-            logger.info("radix-sglang-adapter active in SGLang %s (%s)", version, source)
         _activated_by = _activated_by or source
-        return _set("active", f"SGLang {version} calls radix-core's convert_to_bigram_key", points)
+        if patched:
+            return _set("active", f"SGLang {version} runs radix-core's {' and '.join(patched)}", tuple(points))
+        return _set("active", f"nothing to patch in SGLang {version}", tuple(points))
 
 
 def deactivate() -> AdapterStatus:
-    """Put SGLang's own function back everywhere the replacement went (idempotent)."""
+    """Put SGLang's own functions back everywhere the replacements went (idempotent)."""
     global _activated_by
     with _lock:
-        if _original is None or _state != "active":
+        if _state != "active":
             return status()
-        utils = sys.modules.get(UTILS_MODULE)
-        if utils is not None and getattr(utils, FUNCTION, None) is sglang_convert_to_bigram_key:
-            setattr(utils, FUNCTION, _original)
-        points = (
-            PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "restored"),
-            *_rebind_modules(sglang_convert_to_bigram_key, _original, "restored"),
-            _rebind_swa_instances(sglang_convert_to_bigram_key, _original, "restored"),
-        )
+        points = []
+        if _original is not None:
+            utils = sys.modules.get(UTILS_MODULE)
+            if utils is not None and getattr(utils, FUNCTION, None) is sglang_convert_to_bigram_key:
+                setattr(utils, FUNCTION, _original)
+                points += [
+                    PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "restored"),
+                    *_rebind_modules(sglang_convert_to_bigram_key, _original, "restored"),
+                    _rebind_swa_instances(sglang_convert_to_bigram_key, _original, "restored"),
+                ]
+        radix_key = getattr(sys.modules.get(RADIX_KEY_MODULE), "RadixKey", None)
+        if radix_key is not None and radix_key.__dict__.get("match_at") is accelerated_match_at:
+            radix_key.match_at = _original_match_at
+            points.append(PatchPoint(f"{RADIX_KEY_MODULE}.RadixKey.match_at", "restored"))
         _activated_by = None
-        logger.info("radix-sglang-adapter deactivated: SGLang uses its own %s again", FUNCTION)
-        return _set("inactive", "deactivate() restored SGLang's own function", points)
+        logger.info("radix-sglang-adapter deactivated: SGLang uses its own functions again")
+        return _set("inactive", "deactivate() restored SGLang's own functions", tuple(points))
+
+
+def _patch_conversion(utils: Any) -> list[PatchPoint]:
+    """convert_to_bigram_key, wherever SGLang holds it (releases up to 0.5.11)."""
+    global _original
+    current = getattr(utils, FUNCTION, None)
+    if current is None:
+        return [PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "not in this release")]
+    if current is not sglang_convert_to_bigram_key:
+        _original = _original or current
+        setattr(utils, FUNCTION, sglang_convert_to_bigram_key)
+    return [
+        PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "patched"),
+        *_rebind_modules(_original, sglang_convert_to_bigram_key, "patched"),
+        _rebind_swa_instances(_original, sglang_convert_to_bigram_key, "patched"),
+    ]
+
+
+def _patch_match_at(radix_cache: Any, version: str) -> PatchPoint:
+    """RadixKey.match_at (0.5.12+): the class attribute, so every key and every tree sees it."""
+    global _original_match_at
+    target = f"{RADIX_KEY_MODULE}.RadixKey.match_at"
+    radix_key = getattr(radix_cache, "RadixKey", None)
+    current = getattr(radix_key, "match_at", None)
+    if current is None:
+        return PatchPoint(target, "not patched", f"requested, but SGLang {version} has no RadixKey.match_at")
+    if current is not accelerated_match_at:
+        _original_match_at = current
+        radix_key.match_at = accelerated_match_at
+    return PatchPoint(target, "patched")
 
 
 def _rebind_modules(old: Any, new: Any, done: PointState) -> list[PatchPoint]:
