@@ -84,3 +84,9 @@ def test_doctor_with_the_kill_switch_says_so(tmp_path):
 def test_doctor_fails_on_an_unusable_setting(tmp_path):
     result = run_doctor(tmp_path, **{adapter.DISABLE_ENV: "maybe"})
     assert result.returncode == 2 and "not a boolean" in result.stdout
+
+
+@pytest.mark.skipif(not sg.CALLS_CONVERT, reason="the startup hook is the way in for SGLang without plugins")
+def test_an_unknown_opt_in_value_leaves_the_child_untouched(monkeypatch):
+    child = run_in_spawned_child(monkeypatch, load_plugins=False, **{adapter.AUTO_ENV: "perhaps"})
+    assert child["state"] == "inactive" and not child["radix_cache_bound"]

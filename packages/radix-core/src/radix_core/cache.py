@@ -123,7 +123,6 @@ class RadixCache:
     def match_prefix(self, key: KeyLike) -> MatchResult:
         """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside one."""
         key = self._as_cache_key(key).page_aligned(self.page_size)
-        page = self.page_size
         units = len(key)
         node = self.root_node
         access_time = time.monotonic()
@@ -131,19 +130,13 @@ class RadixCache:
         values = []
         position = 0
         while position < units:
-            child = node.children.get(key.child_key_at(position, page))
+            child, shared = self._descend(node, key, position, access_time)
             if child is None:
                 break
-            child.last_access_time = access_time
             if not child.children:
                 self._reprioritize(child)
-            shared = child.key._shared_units(key, position, page)  # same namespace: found by child key
-            position += shared
-            if shared < len(child.key):
-                node = self._split(child, shared)
-                values.append(node.value)
-                break
             values.append(child.value)
+            position += shared
             node = child
         return MatchResult(position, node, self._join(values))
 
@@ -172,15 +165,9 @@ class RadixCache:
         node.priority = max(node.priority, priority)
         position = 0
         while position < units:
-            child = node.children.get(key.child_key_at(position, page))
+            child, shared = self._descend(node, key, position, access_time)
             if child is None:
                 break
-            child.last_access_time = access_time
-            shared = child.key._shared_units(key, position, page)  # same namespace: found by child key
-            if shared < len(child.key):
-                if not child.children:
-                    self._reprioritize(child)  # the lower part keeps its children and got a new access time
-                child = self._split(child, shared)
             child.priority = max(child.priority, priority)
             child.hit_count += 1
             if not child.children:
@@ -312,6 +299,23 @@ class RadixCache:
         if kind is None:
             return array("q")
         return self._empty_value if kind.empty_is_shareable else kind.cut(self._empty_value, 0, 0)
+
+    def _descend(self, node: TreeNode, key: RadixKey, position: int, access_time: float) -> tuple[Any, int]:
+        """One step down the walk of ``key[position:]``: the child it continues into (split where
+        the shared part ends inside it) and the units they share; ``(None, 0)`` if none.
+
+        After a split the walk stops by itself: the unit after the shared part differs from the
+        split-off lower part's first unit, so no child key matches it."""
+        child = node.children.get(key.child_key_at(position, self.page_size))
+        if child is None:
+            return None, 0
+        child.last_access_time = access_time
+        shared = child.key._shared_units(key, position, self.page_size)  # same namespace: found by child key
+        if shared < len(child.key):
+            if not child.children:
+                self._reprioritize(child)  # the lower part keeps its children and got a new access time
+            child = self._split(child, shared)
+        return child, shared
 
     def _split(self, child: TreeNode, at: int) -> TreeNode:
         """Cut ``child`` after ``at`` units; returns the new upper node (SGLang's node split)."""

@@ -141,7 +141,8 @@ _activated_by: str | None = None
 _points: tuple[PatchPoint, ...] = ()
 
 
-def _boolean_env(name: str) -> bool:
+def boolean_env(name: str) -> bool:
+    """A strict on/off environment variable; AdapterError for any other value."""
     raw = os.environ.get(name, "")
     word = raw.strip().lower()
     if word in _TRUE_WORDS:
@@ -153,7 +154,7 @@ def _boolean_env(name: str) -> bool:
 
 def kill_switch() -> bool:
     """True when RADIX_SGLANG_ADAPTER_DISABLE asks to leave SGLang alone; raises on an unknown value."""
-    return _boolean_env(DISABLE_ENV)
+    return boolean_env(DISABLE_ENV)
 
 
 def sglang_version() -> str | None:
@@ -192,7 +193,7 @@ def _set(state: State, reason: str, points: tuple[PatchPoint, ...] = ()) -> Adap
 
 def accelerate_match_requested() -> bool:
     """True when RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH asks for the native RadixKey.match_at."""
-    return _boolean_env(ACCELERATE_ENV)
+    return boolean_env(ACCELERATE_ENV)
 
 
 def activate(*, source: str = "activate()", accelerate_match: bool | None = None) -> AdapterStatus:

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from ._patching import UTILS_MODULE, activate_guarded
+from ._patching import UTILS_MODULE, activate_guarded, boolean_env
 
 logger = logging.getLogger("radix_sglang_adapter")
 
@@ -62,13 +62,10 @@ def activate_when_imported(source: str) -> None:
 def startup_hook() -> None:
     """Called from the .pth file in every interpreter where RADIX_SGLANG_ADAPTER is set."""
     try:
-        word = os.environ.get(AUTO_ENV, "").strip().lower()
-        if word in ("1", "true", "yes", "on"):
-            activate_when_imported(f"startup hook ({AUTO_ENV}={word})")
-        elif word not in ("", "0", "false", "no", "off"):
-            logger.warning("%s=%r is not a boolean; radix-sglang-adapter stays off", AUTO_ENV, word)
+        if boolean_env(AUTO_ENV):
+            activate_when_imported(f"startup hook ({AUTO_ENV}={os.environ[AUTO_ENV]})")
     except Exception as exc:  # a .pth line must never stop an interpreter from starting
-        logger.warning("radix-sglang-adapter startup hook failed: %s", exc)
+        logger.warning("radix-sglang-adapter stays off: %s", exc)
 
 
 def sglang_plugin() -> None:
