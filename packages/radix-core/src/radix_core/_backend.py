@@ -148,7 +148,8 @@ def _native_failed(kernel: str, error: BaseException) -> None:
 
 @contextlib.contextmanager
 def python_reference_only() -> Iterator[None]:
-    """Run a block on the Python reference whatever is loaded (tests compare both in one process)."""
+    """Run a block on the Python reference whatever is loaded (tests and benchmarks compare both
+    in one process; not meant for use while other threads call the kernels)."""
     global native_kernels
     saved = native_kernels
     native_kernels = None

@@ -80,22 +80,16 @@ class AdapterStatus:
         return "\n".join(lines)
 
 
+# radix_core is imported inside the functions below, never at module level: this module is imported
+# by the .pth startup hook, where a bad RADIX_CORE_BACKEND must not turn into a start-up traceback.
+
+
 def sglang_convert_to_bigram_key(tokens: Any) -> Any:
     """What SGLang calls once activated: radix-core's dispatcher (native when available, and
     degrading to the Python reference, once, on any native failure)."""
-    return _radix_convert(tokens)
-
-
-def _bind_radix_convert(tokens: Any) -> Any:
-    """First call: bind radix-core's dispatcher (radix_core is only imported when first needed)."""
-    global _radix_convert
     import radix_core
 
-    _radix_convert = radix_core.convert_to_bigram_key
-    return _radix_convert(tokens)
-
-
-_radix_convert: Callable[[Any], Any] = _bind_radix_convert
+    return radix_core.convert_to_bigram_key(tokens)
 
 
 def accelerated_match_at(self: Any, other: Any, offset: int, page_size: int = 1) -> int:
@@ -113,23 +107,14 @@ def accelerated_match_at(self: Any, other: Any, offset: int, page_size: int = 1)
     mine, theirs = self.token_ids, other.token_ids
     assert type(mine) is type(theirs), (type(mine), type(theirs))
     raw_tokens = min(self._raw_len(), other._raw_len() - offset)
-    same_tokens = _radix_common_prefix_length(mine, 0, theirs, offset, raw_tokens)
+    import radix_core
+
+    same_tokens = radix_core.common_prefix_length(mine, 0, theirs, offset, raw_tokens)
     if self.is_bigram:
         units = max(0, min(same_tokens - 1, len(self), len(other) - offset))
     else:
         units = min(same_tokens, len(self), len(other) - offset)
     return units - units % page_size if page_size > 1 else units
-
-
-def _bind_common_prefix_length(*args: Any) -> int:
-    global _radix_common_prefix_length
-    import radix_core
-
-    _radix_common_prefix_length = radix_core.common_prefix_length
-    return _radix_common_prefix_length(*args)
-
-
-_radix_common_prefix_length: Callable[..., int] = _bind_common_prefix_length
 
 
 _lock = threading.RLock()
