@@ -32,10 +32,11 @@ nox.options.error_on_external_run = True
 
 @nox.session(name="lint")
 def lint(session: nox.Session) -> None:
-    """ruff over every Python file of the repository."""
-    session.install("ruff==0.17.6")
+    """ruff over every Python file of the repository; mypy over the shipped Python packages."""
+    session.install("ruff==0.17.6", "mypy==2.4.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy", "--ignore-missing-imports", f"{CORE}/src/radix_core", f"{ADAPTER}/src/radix_sglang_adapter")
 
 
 @nox.session(name="tests-pure")

@@ -22,16 +22,6 @@ from .values import ValueKind, value_kind_of
 
 __all__ = ["EVICTION_POLICIES", "MatchResult", "RadixCache", "TreeNode"]
 
-# Smaller sorts first, i.e. is evicted first.
-EVICTION_POLICIES: dict[str, Callable[[TreeNode], Any]] = {
-    "lru": lambda node: node.last_access_time,
-    "lfu": lambda node: (node.hit_count, node.last_access_time),
-    "fifo": lambda node: node.creation_time,
-    "mru": lambda node: -node.last_access_time,
-    "filo": lambda node: -node.creation_time,
-    "priority": lambda node: (node.priority, node.last_access_time),
-}
-
 
 class TreeNode:
     """One edge of the radix tree: a key segment and the values (KV indices) of its units."""
@@ -66,6 +56,17 @@ class TreeNode:
 
     def __repr__(self) -> str:
         return f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, children={len(self.children)})"
+
+
+# Smaller sorts first, i.e. is evicted first.
+EVICTION_POLICIES: dict[str, Callable[[TreeNode], Any]] = {
+    "lru": lambda node: node.last_access_time,
+    "lfu": lambda node: (node.hit_count, node.last_access_time),
+    "fifo": lambda node: node.creation_time,
+    "mru": lambda node: -node.last_access_time,
+    "filo": lambda node: -node.creation_time,
+    "priority": lambda node: (node.priority, node.last_access_time),
+}
 
 
 class MatchResult(NamedTuple):

@@ -280,7 +280,7 @@ def _patch_match_at(radix_cache: Any, version: str) -> PatchPoint:
     target = f"{RADIX_KEY_MODULE}.RadixKey.match_at"
     radix_key = getattr(radix_cache, "RadixKey", None)
     current = getattr(radix_key, "match_at", None)
-    if current is None:
+    if radix_key is None or current is None:
         return PatchPoint(target, "not patched", f"requested, but SGLang {version} has no RadixKey.match_at")
     if current is not accelerated_match_at:
         _original_match_at = current
