@@ -40,19 +40,19 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(name="tests-pure")
-def tests_pure(session: nox.Session) -> None:
-    """radix-core alone: the Python reference must be the active backend."""
-    session.install(CORE, *TEST_REQUIREMENTS)
-    session.run("pytest", f"{CORE}/tests", *session.posargs, env={"RADIX_EXPECT_BACKEND": "python"})
-
-
 @nox.session(name="tests-native")
-def tests_native(session: nox.Session) -> None:
-    """radix-core with radix-native: the native kernels must be active (a missing module fails).
+def tests(session: nox.Session) -> None:
+    """radix-core's tests without radix-native (-pure) or with it (-native).
 
-    torch is here so that the cache is also tested with the tensor values SGLang stores."""
-    session.install(f"{CORE}[native]", NATIVE, TORCH, *TEST_REQUIREMENTS)
-    session.run("pytest", f"{CORE}/tests", f"{NATIVE}/tests", *session.posargs, env={"RADIX_EXPECT_BACKEND": "native"})
+    -pure asserts the Python reference is active; -native that the native kernels are (a missing
+    module fails). torch is in -native so the cache is also tested with SGLang's tensor values."""
+    if session.name == "tests-native":
+        session.install(f"{CORE}[native]", NATIVE, TORCH, *TEST_REQUIREMENTS)
+        suites, expected = [f"{CORE}/tests", f"{NATIVE}/tests"], "native"
+    else:
+        session.install(CORE, *TEST_REQUIREMENTS)
+        suites, expected = [f"{CORE}/tests"], "python"
+    session.run("pytest", *suites, *session.posargs, env={"RADIX_EXPECT_BACKEND": expected})
 
 
 @nox.session(name="bench")
@@ -147,17 +147,11 @@ def tests_sglang(session: nox.Session) -> None:
 
 
 @nox.session(name="tests-adapter-pure", venv_backend="none")
-@nox.parametrize("sglang", list(SGLANG_RELEASES))
-def tests_adapter_pure(session: nox.Session, sglang: str) -> None:
-    """The adapter in real SGLang (CPU), radix-core without radix-native."""
-    run_sglang_tests(session, sglang, False, ADAPTER_TESTS)
-
-
 @nox.session(name="tests-adapter-native", venv_backend="none")
 @nox.parametrize("sglang", list(SGLANG_RELEASES))
-def tests_adapter_native(session: nox.Session, sglang: str) -> None:
-    """The adapter in real SGLang (CPU), radix-core with radix-native."""
-    run_sglang_tests(session, sglang, True, ADAPTER_TESTS)
+def tests_adapter(session: nox.Session, sglang: str) -> None:
+    """The adapter in real SGLang wheels on CPU, without radix-native (-pure) or with it (-native)."""
+    run_sglang_tests(session, sglang, session.name.startswith("tests-adapter-native"), ADAPTER_TESTS)
 
 
 @nox.session(name="bench-radix-cache", venv_backend="none")
