@@ -413,3 +413,11 @@ def test_a_long_random_workload_keeps_the_invariants(backend_name):
         if step % 50 == 0:
             check_invariants(cache)
     check_invariants(cache)
+
+
+def test_the_tree_keeps_no_request_array_alive_beyond_its_nodes(backend_name):
+    request = array("q", range(1000))
+    cache = RadixCache()
+    cache.insert(RadixKey(request)[:10])
+    (node,) = cache.root_node.children.values()
+    assert node.key._tokens is not request and len(node.key._tokens) == 10

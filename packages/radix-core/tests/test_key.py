@@ -81,7 +81,10 @@ def test_slices_are_windows_over_the_same_tokens():
         key[10]
     with pytest.raises(ValueError):
         key[::2]
-    assert key[2:5].compact()._tokens == array("q", [2, 3, 4])
+    window = key[2:5].compact()
+    assert window._tokens == array("q", [2, 3, 4]) and window == key[2:5]
+    whole = RadixKey(array("q", [1, 2]))
+    assert whole.compact() is whole
 
 
 @given(tokens=st.lists(st.integers(0, 9), max_size=20), start=st.integers(0, 25), stop=st.integers(0, 25))

@@ -147,6 +147,9 @@ class RadixCache:
 
         In EAGLE mode a raw key of ``n`` tokens caches ``n - 1`` bigrams with ``value[:n - 1]``.
         Without a value the token ids themselves are stored (useful for tests and simulators).
+
+        Like SGLang's, the tree keeps the key's ``array('q')`` itself (no copy) when the new node
+        covers all of it: do not modify that array after inserting it. Values are always copied.
         """
         given = key if isinstance(key, RadixKey) else RadixKey(key)
         key = self._as_cache_key(given)

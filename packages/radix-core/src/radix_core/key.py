@@ -157,7 +157,8 @@ class RadixKey:
         return RadixKey._window(self._tokens, self._start, self._stop, self.extra_key, True)
 
     def compact(self) -> RadixKey:
-        """A key with its own array holding just its tokens, so storing it keeps nothing else alive."""
+        """A key whose array holds just its tokens: ``self`` when it already covers its whole array,
+        else a copy of its window (so that storing it keeps no larger array alive)."""
         if self._start == 0 and self._stop == len(self._tokens):
             return self
         return RadixKey._window(self.token_ids, 0, self.raw_length, self.extra_key, self.is_bigram)
