@@ -207,33 +207,30 @@ inline Int load(const char* base, Py_ssize_t i, Py_ssize_t stride) {
 }
 
 // Packs `count` ids read from a 1-D buffer into dst[0 .. count-1); false if any id is out of range
-// (dst is then partly written). The contiguous loop has no branches, so the compiler vectorizes it.
+// (dst is then partly written). An id is out of range iff any bit from bit 31 up is set (negative
+// ids included): a shift and an OR per id, no branch, so the contiguous loop vectorizes with SSE2.
 template <typename Int>
 bool pack_buffer(const void* data, Py_ssize_t count, Py_ssize_t stride, int64_t* dst) {
+    static_assert(kPackedTokenLimit == (1LL << 31), "the range check below assumes 31-bit ids");
     const char* base = static_cast<const char*>(data);
-    uint64_t out_of_range = 0;
-    auto check = [&out_of_range](int64_t id) {
-        out_of_range |= static_cast<uint64_t>(id) >= static_cast<uint64_t>(kPackedTokenLimit);
-    };
+    uint64_t high_bits = 0;
     if (count > 0) {
-        check(load<Int>(base, count - 1, stride));
+        high_bits |= static_cast<uint64_t>(static_cast<int64_t>(load<Int>(base, count - 1, stride))) >> 31;
     }
     if (stride == static_cast<Py_ssize_t>(sizeof(Int))) {
         for (Py_ssize_t i = 0; i + 1 < count; ++i) {
             const int64_t first = load<Int>(base, i, sizeof(Int));
-            const int64_t second = load<Int>(base, i + 1, sizeof(Int));
-            check(first);
-            dst[i] = pack(first, second);
+            high_bits |= static_cast<uint64_t>(first) >> 31;
+            dst[i] = pack(first, load<Int>(base, i + 1, sizeof(Int)));
         }
     } else {
         for (Py_ssize_t i = 0; i + 1 < count; ++i) {
             const int64_t first = load<Int>(base, i, stride);
-            const int64_t second = load<Int>(base, i + 1, stride);
-            check(first);
-            dst[i] = pack(first, second);
+            high_bits |= static_cast<uint64_t>(first) >> 31;
+            dst[i] = pack(first, load<Int>(base, i + 1, stride));
         }
     }
-    return out_of_range == 0;
+    return high_bits == 0;
 }
 
 // (t[i] << 32) | t[i + 1] for every adjacent pair; NotImplemented for inputs the reference must decide.
