@@ -65,19 +65,29 @@ def bench(session: nox.Session) -> None:
 
 # ----- SGLang on CPU ----------------------------------------------------------------------------
 
-# What `import sglang.srt.mem_cache.radix_cache` needs on CPU, installed with --no-deps so that
-# nothing pulls a CUDA torch (see DEVELOPERS notes: ../shared/notes/sglang.md).
+# What `import sglang.srt.mem_cache.radix_cache` needs on CPU (found by importing it on a CPU-only
+# machine), pinned, and installed with --no-deps so that nothing pulls a CUDA torch.
 SGLANG_CPU_DEPS = [
-    "numpy==2.4.6", "orjson", "psutil", "pybase64", "requests", "urllib3", "charset-normalizer", "idna",
-    "certifi", "triton", "packaging", "pillow", "starlette", "anyio", "msgspec", "pydantic-core==2.50.5",
-    "pydantic", "typing-inspection", "annotated-types", "pyzmq", "tqdm", "ipython", "traitlets", "pygments",
-    "aiohttp", "multidict", "yarl", "propcache", "attrs", "aiohappyeyeballs", "aiosignal", "frozenlist",
-    "transformers==5.19.0", "regex", "huggingface-hub<2.0", "pyyaml", "httpx", "httpcore", "h11",
-    "safetensors", "tokenizers==0.23.2", "dill", "apache-tvm-ffi==0.1.11", "sentencepiece==0.2.1",
-    "compressed-tensors==0.18.0", "loguru", "gguf",
+    "numpy==2.4.6", "orjson==3.13.0", "psutil==7.2.2", "pybase64==1.5.1", "requests==2.34.2",
+    "urllib3==2.8.0", "charset-normalizer==3.5.3", "idna==3.20", "certifi==2026.10.19.post1",
+    "triton==3.9.0", "packaging==26.4", "pillow==13.0.0", "starlette==1.10.0", "anyio==4.16.0",
+    "msgspec==0.23.0", "pydantic-core==2.50.5", "pydantic==2.14.4", "typing-inspection==0.4.5",
+    "annotated-types==0.8.0", "pyzmq==27.3.0", "tqdm==4.70.1", "ipython==9.18.1", "traitlets==5.16.1",
+    "pygments==2.21.0", "aiohttp==3.14.5", "multidict==7.2.1", "yarl==1.25.1", "propcache==0.5.4",
+    "attrs==26.1.0", "aiohappyeyeballs==2.7.1", "aiosignal==1.4.0", "frozenlist==1.8.0",
+    "transformers==5.19.0", "regex==2026.11.19", "huggingface-hub==1.33.0", "pyyaml==6.0.4",
+    "httpx==0.29.0", "httpcore==1.0.9", "h11==0.16.0", "safetensors==0.8.0", "tokenizers==0.23.2",
+    "dill==0.4.1", "apache-tvm-ffi==0.1.11", "sentencepiece==0.2.1", "compressed-tensors==0.18.0",
+    "loguru==0.7.3", "gguf==0.19.0",
 ]  # fmt: skip
 SGLANG_RELEASES = {
-    "0.5.10": ["openai==2.6.1", "sniffio", "partial-json-parser", "jiter", "distro"],
+    "0.5.10": [
+        "openai==2.6.1",
+        "sniffio==1.3.1",
+        "partial-json-parser==0.2.1.1.post7",
+        "jiter==0.19.0",
+        "distro==1.9.0",
+    ],
     "0.5.23": [],
 }
 NATIVE_WHEELS = ROOT / ".nox" / "_wheels"
