@@ -1,8 +1,8 @@
 """What the cache stores per token: 1-D integer index sequences of one kind per cache.
 
 SGLang stores torch tensors of KV-pool indices; a capacity simulator wants no torch at all. Each
-supported kind knows how to check, cut (a copy the tree may keep), concatenate and make an empty
-value. torch and numpy are recognised by type, never imported here.
+supported kind knows how to check, cut (a copy the tree may keep) and concatenate values. torch
+and numpy are recognised by type, never imported here.
 """
 
 from __future__ import annotations
@@ -35,9 +35,6 @@ class ValueKind:
 
     def concat(self, values: list[Any]) -> Any:
         return list(chain.from_iterable(values))
-
-    def empty(self, like: Any) -> Any:
-        return like[:0]
 
 
 class _ArrayKind(ValueKind):
