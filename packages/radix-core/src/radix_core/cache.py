@@ -213,33 +213,31 @@ class RadixCache:
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
-        self._path_to_root(node)
         delta = 0
-        while node is not self.root_node:
-            if node.lock_ref == 0:
-                units = len(node.key)
+        for ancestor in self._path_to_root(node):
+            if ancestor.lock_ref == 0:
+                units = len(ancestor.key)
                 self._evictable_size -= units
                 self._protected_size += units
                 delta -= units
-            node.lock_ref += 1
-            node = node.parent  # type: ignore[assignment]
+            ancestor.lock_ref += 1
         return delta
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Release one lock taken by :meth:`inc_lock_ref`; returns the change of evictable size."""
-        for ancestor in self._path_to_root(node):
+        path = self._path_to_root(node)
+        for ancestor in path:
             if ancestor.lock_ref <= 0:
                 raise ValueError(f"{ancestor!r} is not locked: dec_lock_ref without a matching inc_lock_ref")
         delta = 0
-        while node is not self.root_node:
-            node.lock_ref -= 1
-            if node.lock_ref == 0:
-                units = len(node.key)
+        for ancestor in path:
+            ancestor.lock_ref -= 1
+            if ancestor.lock_ref == 0:
+                units = len(ancestor.key)
                 self._evictable_size += units
                 self._protected_size -= units
                 delta += units
-                self._reprioritize(node)
-            node = node.parent  # type: ignore[assignment]
+                self._reprioritize(ancestor)
         return delta
 
     def evictable_size(self) -> int:
@@ -286,14 +284,12 @@ class RadixCache:
 
     def _check_value(self, value: Any) -> ValueKind:
         kind = value_kind_of(value)
+        if self._value_kind is not None and kind is not self._value_kind:
+            raise TypeError(f"this cache holds {self._value_kind.name} values, not {kind.name}")
+        kind.check(value)
         if self._value_kind is None:
-            kind.check(value)
             self._value_kind = kind
             self._empty_value = kind.cut(value, 0, 0)
-        elif kind is not self._value_kind:
-            raise TypeError(f"this cache holds {self._value_kind.name} values, not {kind.name}")
-        else:
-            kind.check(value)
         return kind
 
     def _join(self, values: list[Any]) -> Any:

@@ -159,9 +159,10 @@ class RadixKey:
     def compact(self) -> RadixKey:
         """A key whose array holds just its tokens: ``self`` when it already covers its whole array,
         else a copy of its window (so that storing it keeps no larger array alive)."""
-        if self._start == 0 and self._stop == len(self._tokens):
+        tokens = self.token_ids
+        if tokens is self._tokens:
             return self
-        return RadixKey._window(self.token_ids, 0, self.raw_length, self.extra_key, self.is_bigram)
+        return RadixKey._window(tokens, 0, len(tokens), self.extra_key, self.is_bigram)
 
     def page_aligned(self, page_size: int) -> RadixKey:
         """The longest prefix whose length is a multiple of ``page_size``."""
