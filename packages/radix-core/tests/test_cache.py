@@ -33,11 +33,11 @@ def ticking_clock(monkeypatch):
 
 def test_sglang_example_tree(backend_name):
     cache = RadixCache()
-    assert cache.insert([1, 2, 3]) == 0
-    assert cache.insert([1, 2, 3]) == 3
-    assert cache.insert([1, 2, 4, 5]) == 2
-    assert cache.insert([1, 2, 4, 5, 6, 7]) == 4
-    assert cache.insert([8, 9, 10, 11, 12]) == 0
+    assert cache.insert([1, 2, 3]).prefix_len == 0
+    assert cache.insert([1, 2, 3]).prefix_len == 3
+    assert cache.insert([1, 2, 4, 5]).prefix_len == 2
+    assert cache.insert([1, 2, 4, 5, 6, 7]).prefix_len == 4
+    assert cache.insert([8, 9, 10, 11, 12]).prefix_len == 0
     result = cache.match_prefix([1, 2, 3, 13, 14])
     assert result.prefix_len == 3 and list(result.indices) == [1, 2, 3]
     assert list(result.last_node.key) == [3]
@@ -60,18 +60,18 @@ def test_empty_and_unmatched_keys(backend_name):
     for key in ([], [5]):
         result = cache.match_prefix(key)
         assert result.prefix_len == 0 and result.last_node is cache.root_node and len(result.indices) == 0
-    assert cache.insert([]) == 0 and cache.total_size() == 0
+    assert cache.insert([]).prefix_len == 0 and cache.total_size() == 0
 
 
 def test_eagle_caches_bigrams_and_cuts_the_value(backend_name):
     cache = RadixCache(is_eagle=True)
-    assert cache.insert([1, 2, 3, 4], array("q", [10, 20, 30, 40])) == 0
+    assert cache.insert([1, 2, 3, 4], array("q", [10, 20, 30, 40])).prefix_len == 0
     assert cache.total_size() == 3
     result = cache.match_prefix([1, 2, 3, 9])
     assert result.prefix_len == 2 and list(result.indices) == [10, 20]
     assert list(result.last_node.key) == [(1, 2), (2, 3)]
-    assert cache.insert([7]) == 0 and cache.total_size() == 3, "one token is no bigram"
-    assert cache.insert(RadixKey([1, 2, 3], is_bigram=True), array("q", [10, 20])) == 2
+    assert cache.insert([7]).prefix_len == 0 and cache.total_size() == 3, "one token is no bigram"
+    assert cache.insert(RadixKey([1, 2, 3], is_bigram=True), array("q", [10, 20])).prefix_len == 2
     check_invariants(cache)
 
 
@@ -82,11 +82,11 @@ def test_bigram_keys_need_an_eagle_cache():
 
 def test_pages_are_all_or_nothing(backend_name):
     cache = RadixCache(page_size=4)
-    assert cache.insert(list(range(10))) == 0
+    assert cache.insert(list(range(10))).prefix_len == 0
     assert cache.total_size() == 8
     assert cache.match_prefix(list(range(7))).prefix_len == 4
     assert cache.match_prefix([0, 1, 2, 3, 4, 5, 9, 9]).prefix_len == 4
-    assert cache.insert([0, 1, 2, 3, 4, 5, 9, 9]) == 4
+    assert cache.insert([0, 1, 2, 3, 4, 5, 9, 9]).prefix_len == 4
     check_invariants(cache)
 
 
@@ -95,10 +95,47 @@ def test_extra_keys_never_share_nodes(backend_name):
     cache.insert(RadixKey([1, 2, 3], extra_key="lora-a"))
     assert cache.match_prefix(RadixKey([1, 2, 3], extra_key="lora-b")).prefix_len == 0
     assert cache.match_prefix(RadixKey([1, 2, 3])).prefix_len == 0
-    assert cache.insert(RadixKey([1, 2, 3], extra_key="lora-b")) == 0
+    assert cache.insert(RadixKey([1, 2, 3], extra_key="lora-b")).prefix_len == 0
     assert cache.match_prefix(RadixKey([1, 2], extra_key="lora-a")).prefix_len == 2
     assert len(cache.root_node.children) == 2
     check_invariants(cache)
+
+
+def test_insert_tells_where_the_key_ends(backend_name):
+    cache = RadixCache()
+    leaf = cache.insert([1, 2, 3, 4]).last_node
+    assert list(leaf.key) == [1, 2, 3, 4]
+    again = cache.insert([1, 2])  # ends inside the leaf: splits it, adds nothing
+    assert again.prefix_len == 2 and list(again.last_node.key) == [1, 2] and again.last_node.parent is cache.root_node
+    assert cache.insert([]).last_node is cache.root_node
+
+
+def test_a_request_counts_a_hit_only_past_what_it_inserted_before(backend_name):
+    """SGLang's InsertParams.inserted_len: re-inserting one's own growing prefix is no new hit."""
+    cache = RadixCache(eviction_policy="lfu")
+    first = cache.insert([1, 2, 3]).last_node
+    assert first.hit_count == 1
+    grown = cache.insert([1, 2, 3, 4, 5], inserted_len=3).last_node
+    assert (first.hit_count, grown.hit_count) == (1, 1), "the request's own prefix is not hit again"
+    cache.insert([1, 2, 3, 4, 5], inserted_len=5)
+    assert (first.hit_count, grown.hit_count) == (1, 1)
+    cache.insert([1, 2, 3, 9])  # another request
+    assert first.hit_count == 2
+    check_invariants(cache)
+
+
+def test_match_indices_are_joined_on_first_use_and_equal_path_indices(backend_name):
+    cache = RadixCache()
+    cache.insert([1, 2, 3], array("q", [10, 20, 30]))
+    cache.insert([1, 2, 3, 4, 5], array("q", [10, 20, 30, 40, 50]))
+    result = cache.match_prefix([1, 2, 3, 4, 9])
+    assert result.prefix_len == 4 and result._parts is not None, "nothing joined yet"
+    assert list(result.indices) == [10, 20, 30, 40] and result.indices is result.indices
+    assert list(cache.path_indices(result.last_node)) == [10, 20, 30, 40]
+    assert len(cache.path_indices(cache.root_node)) == 0
+    cache.evict(100)
+    with pytest.raises(ValueError, match="not .*in this cache"):
+        cache.path_indices(result.last_node)
 
 
 def test_locked_nodes_are_never_evicted(backend_name):
@@ -310,8 +347,9 @@ def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedS
         def insert(self, tokens, extra_key):
             values = value_items(tokens, extra_key, is_eagle)
             raw_values = values if not is_eagle else array("q", list(values) + [0] * (len(tokens) > 0))
-            prefix = self.cache.insert(RadixKey(tokens, extra_key), raw_values)
-            assert 0 <= prefix <= self.aligned_units(tokens) and prefix % page_size == 0
+            result = self.cache.insert(RadixKey(tokens, extra_key), raw_values)
+            assert 0 <= result.prefix_len <= self.aligned_units(tokens) and result.prefix_len % page_size == 0
+            assert self.path_units(result.last_node) == self.aligned_units(tokens), "the key ends at last_node"
             assert self.cache.match_prefix(RadixKey(tokens, extra_key)).prefix_len == self.aligned_units(tokens)
 
         @rule(tokens=segment_keys, extra_key=namespaces)
@@ -319,11 +357,15 @@ def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedS
             result = self.cache.match_prefix(RadixKey(tokens, extra_key))
             assert 0 <= result.prefix_len <= self.aligned_units(tokens) and result.prefix_len % page_size == 0
             assert list(result.indices) == list(value_items(tokens, extra_key, is_eagle))[: result.prefix_len]
-            node, path_units = result.last_node, 0
+            assert self.path_units(result.last_node) == result.prefix_len
+            assert list(self.cache.path_indices(result.last_node)) == list(result.indices)
+
+        def path_units(self, node):
+            units = 0
             while node is not self.cache.root_node:
-                path_units += len(node.key)
+                units += len(node.key)
                 node = node.parent
-            assert path_units == result.prefix_len
+            return units
 
         @rule(tokens=segment_keys, extra_key=namespaces)
         def lock(self, tokens, extra_key):

@@ -70,6 +70,20 @@ def test_key_rejects_non_integer_tokens(bad, error):
         RadixKey(bad)
 
 
+@given(tokens=small_tokens, limit=st.integers(0, 70), bigram=st.booleans())
+def test_limit_reads_the_first_raw_tokens_without_copying(tokens, limit, bigram):
+    ids = array("q", tokens)
+    key = RadixKey(ids, is_bigram=bigram, limit=limit)
+    assert key == RadixKey(tokens[:limit], is_bigram=bigram)
+    assert key.raw_length == min(limit, len(tokens)) and key._tokens is ids
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, "3"])
+def test_bad_limits_are_rejected(limit):
+    with pytest.raises((ValueError, TypeError)):
+        RadixKey([1, 2, 3], limit=limit)
+
+
 def test_slices_are_windows_over_the_same_tokens():
     key = RadixKey(list(range(10)), extra_key="lora-1")
     tail = key[3:]

@@ -56,7 +56,7 @@ def run_both(operations: list[tuple], page_size: int, is_eagle: bool, policy: st
             tokens, extra_key, priority = args
             value = torch.arange(1000 * step, 1000 * step + len(tokens))
             expected = sg.insert(theirs, tokens, value, extra_key, priority)
-            assert ours.insert(RadixKey(tokens, extra_key), value, priority) == expected, where
+            assert ours.insert(RadixKey(tokens, extra_key), value, priority).prefix_len == expected, where
         elif name in ("match", "lock"):
             tokens, extra_key = args
             their_len, their_node, their_indices = sg.match(theirs, tokens, extra_key)

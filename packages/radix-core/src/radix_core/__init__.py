@@ -22,7 +22,7 @@ from .bigram import (  # noqa: E402
     python_convert_to_bigram_key,
     python_pack_bigram_keys,
 )
-from .cache import EVICTION_POLICIES, MatchResult, RadixCache, TreeNode  # noqa: E402
+from .cache import EVICTION_POLICIES, InsertResult, MatchResult, RadixCache, TreeNode  # noqa: E402
 from .key import RadixKey, common_prefix_length, python_common_prefix_length  # noqa: E402
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "EVICTION_POLICIES",
     "BackendConfigError",
     "BackendStatus",
+    "InsertResult",
     "MatchResult",
     "NativeBackendUnavailable",
     "RadixCache",

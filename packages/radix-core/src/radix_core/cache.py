@@ -20,7 +20,7 @@ from typing import IO, Any, NamedTuple
 from .key import RadixKey
 from .values import ValueKind, value_kind_of
 
-__all__ = ["EVICTION_POLICIES", "MatchResult", "RadixCache", "TreeNode"]
+__all__ = ["EVICTION_POLICIES", "InsertResult", "MatchResult", "RadixCache", "TreeNode"]
 
 
 class TreeNode:
@@ -69,12 +69,38 @@ EVICTION_POLICIES: dict[str, Callable[[TreeNode], Any]] = {
 }
 
 
-class MatchResult(NamedTuple):
-    """``prefix_len`` cached units, ending at ``last_node``; ``indices`` are their values, joined."""
+class MatchResult:
+    """``prefix_len`` cached units, ending at ``last_node``; ``indices`` are their values, joined.
+
+    The join (a ``torch.cat`` for tensor values) happens on first access of ``indices``, so a
+    caller that only needs the node (SGLang reads indices later, off the node) pays no copy.
+    """
+
+    __slots__ = ("prefix_len", "last_node", "_parts", "_join", "_indices")
+
+    def __init__(self, prefix_len: int, last_node: TreeNode, parts: list[Any], join: Callable[[list[Any]], Any]):
+        self.prefix_len = prefix_len
+        self.last_node = last_node
+        self._parts: list[Any] | None = parts
+        self._join = join
+        self._indices: Any = None
+
+    @property
+    def indices(self) -> Any:
+        if self._parts is not None:
+            self._indices = self._join(self._parts)
+            self._parts = None
+        return self._indices
+
+    def __repr__(self) -> str:
+        return f"MatchResult(prefix_len={self.prefix_len}, last_node={self.last_node!r})"
+
+
+class InsertResult(NamedTuple):
+    """``prefix_len`` units of the key were cached already; the key ends at ``last_node``."""
 
     prefix_len: int
     last_node: TreeNode
-    indices: Any
 
 
 KeyLike = RadixKey | Iterable[int]
@@ -139,14 +165,17 @@ class RadixCache:
             values.append(child.value)
             position += shared
             node = child
-        return MatchResult(position, node, self._join(values))
+        return MatchResult(position, node, values, self._join)
 
-    def insert(self, key: KeyLike, value: Any = None, priority: int = 0) -> int:
+    def insert(self, key: KeyLike, value: Any = None, priority: int = 0, *, inserted_len: int = 0) -> InsertResult:
         """Cache ``key`` with one value item per token of ``key``; returns how many units were
-        already cached (the caller may free those duplicate values).
+        already cached (the caller may free those duplicate values) and the node the key ends at.
 
         In EAGLE mode a raw key of ``n`` tokens caches ``n - 1`` bigrams with ``value[:n - 1]``.
         Without a value the token ids themselves are stored (useful for tests and simulators).
+        ``inserted_len``: units of this key the same request inserted before; as in SGLang, only
+        nodes reaching past it count a hit (LFU), so a request re-inserting its growing prefix
+        counts each node once.
 
         Like SGLang's, the tree keeps the key's ``array('q')`` itself (no copy) when the new node
         covers all of it: do not modify that array after inserting it. Values are always copied.
@@ -172,21 +201,23 @@ class RadixCache:
             child, shared = self._descend(node, key, position, access_time)
             if child is None:
                 break
+            position += shared
             child.priority = max(child.priority, priority)
-            child.hit_count += 1
+            if position > inserted_len:
+                child.hit_count += 1
             if not child.children:
                 self._reprioritize(child)
             node = child
-            position += shared
         if position < units:
             rest = key[position:]
             leaf = TreeNode(rest.compact(), kind.cut(value, position, units), node, priority)  # type: ignore[union-attr]
-            leaf.hit_count = 1
+            leaf.hit_count = 1 if units > inserted_len else 0
             node.children[rest.child_key(page)] = leaf  # type: ignore[union-attr]
             self._node_count += 1
             self._evictable_size += units - position
             self._reprioritize(leaf)
-        return position
+            node = leaf
+        return InsertResult(position, node)  # type: ignore[arg-type]
 
     def evict(self, num_tokens: int) -> int:
         """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
@@ -239,6 +270,13 @@ class RadixCache:
                 delta += units
                 self._reprioritize(ancestor)
         return delta
+
+    def path_indices(self, node: TreeNode) -> Any:
+        """The values on the path from the root down to ``node``, joined: the ``indices`` of a
+        match that ended there. ValueError if ``node`` is not (or no longer) in this cache."""
+        path = self._path_to_root(node)
+        path.reverse()
+        return self._join([ancestor.value for ancestor in path])
 
     def evictable_size(self) -> int:
         """Cached units that eviction may take (not locked)."""

@@ -73,10 +73,23 @@ class RadixKey:
 
     __slots__ = ("_tokens", "_start", "_stop", "extra_key", "is_bigram")
 
-    def __init__(self, token_ids: TokenIds = (), extra_key: Hashable | None = None, is_bigram: bool = False):
+    def __init__(
+        self,
+        token_ids: TokenIds = (),
+        extra_key: Hashable | None = None,
+        is_bigram: bool = False,
+        limit: int | None = None,
+    ):
+        """``limit`` caps the raw tokens read (SGLang's ``RadixKey.limit``): the key is the first
+        ``limit`` raw tokens of ``token_ids``, as a window (no copy of an ``array('q')``)."""
         self._tokens = _token_array(token_ids)
         self._start = 0
         self._stop = len(self._tokens)
+        if limit is not None:
+            limit = operator.index(limit)
+            if limit < 0:
+                raise ValueError(f"limit must be >= 0, not {limit}")
+            self._stop = min(limit, self._stop)
         self.extra_key = extra_key
         self.is_bigram = bool(is_bigram)
 
