@@ -9,7 +9,7 @@ import time
 from array import array
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -122,6 +122,119 @@ def test_a_request_counts_a_hit_only_past_what_it_inserted_before(backend_name):
     cache.insert([1, 2, 3, 9])  # another request
     assert first.hit_count == 2
     check_invariants(cache)
+
+
+def test_a_value_may_start_where_the_caller_knows_the_key_is_cached(backend_name):
+    cache = RadixCache()
+    cache.insert([1, 2, 3], array("q", [10, 20, 30]))
+    result = cache.insert([1, 2, 3, 4, 5], array("q", [40, 50]), value_offset=3)
+    assert result.prefix_len == 3 and list(result.last_node.value) == [40, 50]
+    assert list(cache.match_prefix([1, 2, 3, 4, 5]).indices) == [10, 20, 30, 40, 50]
+    assert cache.insert([1, 2], array("q"), value_offset=2).prefix_len == 2, "nothing to store"
+    with pytest.raises(ValueError, match="only 2 units are cached"):
+        cache.insert([1, 2, 7, 8], array("q", [80]), value_offset=3)
+    with pytest.raises(ValueError, match="items"):
+        cache.insert([1, 2, 3, 4, 6], array("q", [60]), value_offset=3)
+    with pytest.raises(ValueError, match="outside"):
+        cache.insert([1, 2], array("q", [1, 2, 3]), value_offset=-1)
+    assert cache.total_size() == 5
+    check_invariants(cache)
+
+
+def tree_state(cache: RadixCache) -> list:
+    """Everything a walk may change, node by node in a fixed order, and the eviction order."""
+    state, stack = [], [(cache.root_node, ())]
+    while stack:
+        node, path = stack.pop()
+        keys = sorted(node.children, key=repr)
+        state.append((path, list(node.key), list(node.value or []), node.hit_count, node.priority, node.lock_ref))
+        state.append(node.last_access_time)
+        stack.extend((node.children[k], (*path, repr(k))) for k in keys)
+    freed: list = []
+    cache.on_evict = freed.append
+    cache.evict(10**9)
+    return state + [list(v) for v in freed]
+
+
+@settings(max_examples=200)
+@given(
+    turns=st.lists(
+        st.tuples(st.lists(st.integers(0, 3), max_size=12), st.integers(0, 3), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=12,
+    ),
+    page_size=st.sampled_from([1, 2]),
+    is_eagle=st.booleans(),
+)
+def test_known_paths_and_split_points_leave_the_tree_plain_walks_leave(
+    backend_name, monkeypatch, turns, page_size, is_eagle
+):
+    """A request growing its key turn by turn, then inserting up to its "prompt" end, as SGLang's
+    checkpoint does: with known_path and split_at on one cache, with plain comparing walks on the
+    other. The two trees stay identical, clock, hits, priorities and eviction order included."""
+    now = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    caches = [RadixCache(page_size, is_eagle, "lfu") for _ in range(2)]
+    rng = random.Random(len(turns))
+    others = [[rng.randrange(4) for _ in range(rng.randrange(20))] for _ in range(3)]
+    for cache in caches:
+        for other in others:
+            cache.insert(other)
+    key: list[int] = []
+    last = [cache.root_node for cache in caches]
+    done = 0
+    for grow, priority, prompt_split, counted_before in turns:
+        now[0] += 1
+        key += grow
+        units = max(len(key) - is_eagle, 0) // page_size * page_size
+        inserted_len = done if counted_before else 0
+        prompt_units = units // 2 // page_size * page_size if prompt_split and units > page_size else None
+        for i, cache in enumerate(caches):
+            shortcuts = {"known_path": last[i], "split_at": prompt_units} if i == 0 else {}
+            result = cache.insert(RadixKey(key), None, priority, inserted_len=inserted_len, **shortcuts)
+            last[i] = result.last_node
+            if prompt_units is not None:
+                prompt = RadixKey(key, is_bigram=is_eagle)[:prompt_units]
+                hint = (result.last_node, None)[i]
+                cache.insert(prompt, None, priority + 1, inserted_len=len(prompt), known_path=hint)
+            check_invariants(cache)
+        done = units
+    assert tree_state(caches[0]) == tree_state(caches[1])
+
+
+def test_a_value_built_for_the_tree_is_kept_without_a_copy(backend_name):
+    torch = pytest.importorskip("torch")
+    cache = RadixCache()
+    cache.insert([1, 2], torch.tensor([10, 20]))
+    made_for_the_tree = torch.tensor([30, 40])
+    leaf = cache.insert([1, 2, 3, 4], made_for_the_tree, value_offset=2, copy_value=False).last_node
+    assert leaf.value.data_ptr() == made_for_the_tree.data_ptr()
+    copied = torch.tensor([50])
+    assert cache.insert([1, 2, 5], copied, value_offset=2).last_node.value.data_ptr() != copied.data_ptr()
+    assert cache.match_prefix([1, 2, 3, 4]).indices.tolist() == [10, 20, 30, 40]
+    check_invariants(cache)
+
+
+def test_split_points_fall_on_pages():
+    with pytest.raises(ValueError, match="page size 2"):
+        RadixCache(page_size=2).insert([1, 2, 3, 4, 5], split_at=1)
+    cache = RadixCache(page_size=2)
+    leaf = cache.insert([1, 2, 3, 4, 5], split_at=2).last_node
+    assert list(leaf.key) == [3, 4] and list(leaf.parent.key) == [1, 2] and leaf.parent.parent is cache.root_node
+
+
+def test_touch_marks_a_path_used_as_a_match_would(backend_name, ticking_clock):
+    cache = RadixCache(eviction_policy="lru")
+    cache.insert([1, 2, 3])
+    touched = cache.insert([4, 5, 6]).last_node
+    cache.insert([7, 8, 9])
+    cache.touch(touched)
+    assert touched.last_access_time == cache.root_node.last_access_time
+    assert cache.evict(6) == 6 and cache.match_prefix([4, 5, 6]).prefix_len == 3, "the touched leaf goes last"
+    check_invariants(cache)
+    cache.evict(3)
+    with pytest.raises(ValueError, match="not .*in this cache"):
+        cache.touch(touched)
 
 
 def test_match_indices_are_joined_on_first_use_and_equal_path_indices(backend_name):

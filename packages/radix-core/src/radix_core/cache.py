@@ -167,7 +167,18 @@ class RadixCache:
             node = child
         return MatchResult(position, node, values, self._join)
 
-    def insert(self, key: KeyLike, value: Any = None, priority: int = 0, *, inserted_len: int = 0) -> InsertResult:
+    def insert(
+        self,
+        key: KeyLike,
+        value: Any = None,
+        priority: int = 0,
+        *,
+        inserted_len: int = 0,
+        value_offset: int = 0,
+        known_path: TreeNode | None = None,
+        copy_value: bool = True,
+        split_at: int | None = None,
+    ) -> InsertResult:
         """Cache ``key`` with one value item per token of ``key``; returns how many units were
         already cached (the caller may free those duplicate values) and the node the key ends at.
 
@@ -175,17 +186,33 @@ class RadixCache:
         Without a value the token ids themselves are stored (useful for tests and simulators).
         ``inserted_len``: units of this key the same request inserted before; as in SGLang, only
         nodes reaching past it count a hit (LFU), so a request re-inserting its growing prefix
-        counts each node once.
+        counts each node once. ``value_offset``: ``value`` holds the items of the key from there
+        on, for a caller that knows (holds a lock on) the first ``value_offset`` units being
+        cached; ValueError if fewer are found (the walk down the cached part has then happened,
+        but no node is added). ``known_path``: a node of this cache whose path from the root
+        spells the same units as the key, as far as both go (the caller matched or inserted them
+        and has held a lock since); the walk follows it without comparing those units again.
 
         Like SGLang's, the tree keeps the key's ``array('q')`` itself (no copy) when the new node
-        covers all of it: do not modify that array after inserting it. Values are always copied.
+        covers all of it: do not modify that array after inserting it. Values are copied, unless
+        ``copy_value`` is False: then the tree keeps a slice of ``value`` itself (a view, for
+        tensors and ndarrays), for a caller that built ``value`` for the tree and leaves it alone.
+        ``split_at``: a unit (a whole page) inside the part this insert adds where a next insert
+        will end (SGLang's prompt boundary): the new part is stored as two nodes there, the tree
+        such an insert would leave, without cutting one node in two.
         """
         given = key if isinstance(key, RadixKey) else RadixKey(key)
         key = self._as_cache_key(given)
+        if not 0 <= value_offset <= len(given):
+            raise ValueError(f"value_offset {value_offset} is outside a key of {len(given)} units")
+        if split_at is not None and split_at % self.page_size:
+            raise ValueError(f"split_at {split_at} is not a multiple of the page size {self.page_size}")
         if value is None:
-            value = key.token_ids[: len(key)]
-        elif len(value) != len(given):
-            raise ValueError(f"value has {len(value)} items but the key has {len(given)}; they must match")
+            value = key.token_ids[value_offset : len(key)]
+        elif len(value) != len(given) - value_offset:
+            raise ValueError(
+                f"value has {len(value)} items but the key has {len(given)} from offset {value_offset}; they must match"
+            )
         kind = self._check_value(value)
         key = key.page_aligned(self.page_size)
         units = len(key)
@@ -197,26 +224,39 @@ class RadixCache:
         node.last_access_time = access_time
         node.priority = max(node.priority, priority)
         position = 0
+        if known_path is not None:
+            node, position = self._follow(known_path, units, access_time, priority, inserted_len)
         while position < units:
             child, shared = self._descend(node, key, position, access_time)
             if child is None:
                 break
             position += shared
-            child.priority = max(child.priority, priority)
-            if position > inserted_len:
-                child.hit_count += 1
-            if not child.children:
-                self._reprioritize(child)
+            self._pass_through(child, position, priority, inserted_len)
             node = child
         if position < units:
-            rest = key[position:]
-            leaf = TreeNode(rest.compact(), kind.cut(value, position, units), node, priority)  # type: ignore[union-attr]
-            leaf.hit_count = 1 if units > inserted_len else 0
-            node.children[rest.child_key(page)] = leaf  # type: ignore[union-attr]
-            self._node_count += 1
+            if position < value_offset:
+                raise ValueError(f"only {position} units are cached, but the value starts at unit {value_offset}")
+            bounds = (
+                [position, split_at, units]
+                if split_at is not None and position < split_at < units
+                else [position, units]
+            )
+            # Made lowest first, as a later split of one node would make them; linked top down.
+            pieces = []
+            for start, stop in reversed(list(zip(bounds, bounds[1:]))):
+                piece_key = key[start:stop]
+                first, last = start - value_offset, stop - value_offset
+                piece_value = kind.cut(value, first, last) if copy_value else value[first:last]
+                piece = TreeNode(piece_key.compact(), piece_value, None, priority)  # type: ignore[union-attr]
+                piece.hit_count = 1 if units > inserted_len else 0
+                pieces.append((piece_key, piece))
+            for piece_key, piece in reversed(pieces):
+                piece.parent = node
+                node.children[piece_key.child_key(page)] = piece  # type: ignore[union-attr]
+                node = piece
+            self._node_count += len(pieces)
             self._evictable_size += units - position
-            self._reprioritize(leaf)
-            node = leaf
+            self._reprioritize(node)
         return InsertResult(position, node)  # type: ignore[arg-type]
 
     def evict(self, num_tokens: int) -> int:
@@ -270,6 +310,17 @@ class RadixCache:
                 delta += units
                 self._reprioritize(ancestor)
         return delta
+
+    def touch(self, node: TreeNode) -> None:
+        """Mark the path from the root to ``node`` used now, as a match ending there would, without
+        comparing a token. ValueError if ``node`` is not (or no longer) in this cache."""
+        path = self._path_to_root(node)
+        access_time = time.monotonic()
+        self.root_node.last_access_time = access_time
+        for ancestor in path:
+            ancestor.last_access_time = access_time
+        if not node.children:
+            self._reprioritize(node)
 
     def path_indices(self, node: TreeNode) -> Any:
         """The values on the path from the root down to ``node``, joined: the ``indices`` of a
@@ -354,6 +405,35 @@ class RadixCache:
                 self._reprioritize(child)  # the lower part keeps its children and got a new access time
             child = self._split(child, shared)
         return child, shared
+
+    def _follow(
+        self, known_path: TreeNode, units: int, access_time: float, priority: int, inserted_len: int
+    ) -> tuple[TreeNode, int]:
+        """What insert's walk does down ``known_path``'s path as far as the key's ``units`` go,
+        without comparing tokens (the key ends inside a node: that node is split there, as the
+        comparing walk would); returns where the walk stands, to go on from there."""
+        path = self._path_to_root(known_path)
+        node, position = self.root_node, 0
+        for child in reversed(path):
+            if position == units:
+                break
+            end = position + len(child.key)
+            child.last_access_time = access_time
+            if end > units:  # what _descend does when the shared part ends inside the child
+                if not child.children:
+                    self._reprioritize(child)
+                child, end = self._split(child, units - position), units
+            self._pass_through(child, end, priority, inserted_len)
+            node, position = child, end
+        return node, position
+
+    def _pass_through(self, child: TreeNode, end: int, priority: int, inserted_len: int) -> None:
+        """What an insert does to a node it walks through, ending at unit ``end`` of the key."""
+        child.priority = max(child.priority, priority)
+        if end > inserted_len:  # SGLang's rule: a request's own earlier inserts are no new hit
+            child.hit_count += 1
+        if not child.children:
+            self._reprioritize(child)
 
     def _split(self, child: TreeNode, at: int) -> TreeNode:
         """Cut ``child`` after ``at`` units; returns the new upper node (SGLang's node split)."""
