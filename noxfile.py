@@ -80,15 +80,12 @@ SGLANG_CPU_DEPS = [
     "dill==0.4.1", "apache-tvm-ffi==0.1.11", "sentencepiece==0.2.1", "compressed-tensors==0.18.0",
     "loguru==0.7.3", "gguf==0.19.0",
 ]  # fmt: skip
+# What SGLang's request objects import besides (schedule_batch -> its OpenAI protocol module), with
+# the openai client each release pins.
+OPENAI_PROTOCOL_DEPS = ["sniffio==1.3.1", "partial-json-parser==0.2.1.1.post7", "jiter==0.19.0", "distro==1.9.0"]
 SGLANG_RELEASES = {
-    "0.5.10": [
-        "openai==2.6.1",
-        "sniffio==1.3.1",
-        "partial-json-parser==0.2.1.1.post7",
-        "jiter==0.19.0",
-        "distro==1.9.0",
-    ],
-    "0.5.23": [],
+    "0.5.10": ["openai==2.6.1", *OPENAI_PROTOCOL_DEPS],
+    "0.5.23": ["openai==2.8.0", *OPENAI_PROTOCOL_DEPS],
 }
 NATIVE_WHEELS = ROOT / ".nox" / "_wheels"
 
@@ -172,6 +169,15 @@ def bench_radix_cache(session: nox.Session) -> None:
     session.run(python, "-m", "pip", "install", "--quiet", "matplotlib==3.11.2", external=True)
     args = session.posargs or ["--check", "--plot", "docs/radix_cache_benchmark.png"]
     session.run(python, "-W", "ignore", "benchmarks/benchmark_radix_cache.py", *args, external=True)
+
+
+@nox.session(name="bench-sglang-backend", venv_backend="none")
+def bench_sglang_backend(session: nox.Session) -> None:
+    """--radix-cache-backend radix vs SGLang 0.5.23's default cache and RadixCache on the Mooncake trace."""
+    python = sglang_python(session, "0.5.23")
+    install_radix(session, python, native=True)
+    args = session.posargs or ["--check"]
+    session.run(python, "-W", "ignore", "benchmarks/benchmark_sglang_backend.py", *args, external=True)
 
 
 @nox.session(name="bench-sglang-path", venv_backend="none")

@@ -15,6 +15,8 @@ from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 SGLANG_VERSION = importlib.metadata.version("sglang")
 # Releases whose radix cache still calls convert_to_bigram_key (keys are lists of ints there).
 CALLS_CONVERT = hasattr(importlib.import_module("sglang.srt.mem_cache.utils"), "convert_to_bigram_key")
+# Releases with the scheduler-facing cache interface the radix-cache backend implements (0.5.22+).
+HAS_CHECKPOINT = hasattr(radix_cache.RadixCache, "checkpoint")
 
 
 class RecordingAllocator:
@@ -42,8 +44,11 @@ class ReqToTokenPool:
         self.req_to_token[index] = values
 
 
-def make_cache(page_size: int = 1, is_eagle: bool = True, eviction_policy: str = "lru", pool: Any = None) -> Any:
-    params = CacheInitParams(
+def make_cache_params(
+    page_size: int = 1, is_eagle: bool = True, eviction_policy: str = "lru", pool: Any = None
+) -> CacheInitParams:
+    """What SGLang builds a tree cache from, with an allocator that records what it frees."""
+    return CacheInitParams(
         disable=False,
         req_to_token_pool=pool,
         token_to_kv_pool_allocator=RecordingAllocator(),
@@ -51,7 +56,10 @@ def make_cache(page_size: int = 1, is_eagle: bool = True, eviction_policy: str =
         is_eagle=is_eagle,
         eviction_policy=eviction_policy,
     )
-    return radix_cache.RadixCache(params)
+
+
+def make_cache(page_size: int = 1, is_eagle: bool = True, eviction_policy: str = "lru", pool: Any = None) -> Any:
+    return radix_cache.RadixCache(make_cache_params(page_size, is_eagle, eviction_policy, pool))
 
 
 def key(tokens: list[int], extra_key: Any = None) -> Any:

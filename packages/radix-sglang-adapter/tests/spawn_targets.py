@@ -23,3 +23,32 @@ def report_patching_in_sglang_child(load_plugins: bool) -> dict:
         "radix_cache_bound": getattr(radix_cache, "convert_to_bigram_key", None)
         is radix_sglang_adapter.sglang_convert_to_bigram_key,
     }
+
+
+def build_tree_cache_in_sglang_child(backend_name: str) -> dict:
+    """A fresh SGLang process as its scheduler starts: plugins loaded (no activate() call), the
+    server's config published with ``--radix-cache-backend <backend_name>``, then SGLang's own
+    create_tree_cache(). Returns what was built, or the error SGLang raised."""
+    import logging
+
+    sglang_cpu_shim.install()
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from sglang.srt.mem_cache.registry import create_tree_cache
+
+    import scheduler_harness as sh
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.INFO)
+    with sh.published_server_args(radix_cache_backend=backend_name) as server_args:
+        pool, allocator = sh.small_pools()
+        context = sh.build_context(server_args, sh.cache_params(pool, allocator, 1, True, "lru"))
+        try:
+            cache = create_tree_cache(context)
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}", "log": records}
+    return {"cache": type(cache).__name__, "tree": type(getattr(cache, "tree", None)).__module__, "log": records}

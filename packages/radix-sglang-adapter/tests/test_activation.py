@@ -12,7 +12,7 @@ import torch
 
 import radix_sglang_adapter as adapter
 import sglang_harness as sg
-from radix_sglang_adapter import _patching
+from radix_sglang_adapter import _activation, patching
 from radix_sglang_adapter._startup import activate_when_imported
 
 UTILS = importlib.import_module("sglang.srt.mem_cache.utils")
@@ -30,7 +30,7 @@ def restore_sglang(monkeypatch):
 
 
 def binding_modules() -> list[types.ModuleType]:
-    return [importlib.import_module(name) for name in _patching.BINDING_MODULES]
+    return [importlib.import_module(name) for name in patching.BINDING_MODULES]
 
 
 def make_swa_cache():
@@ -113,13 +113,15 @@ def test_swa_caches_built_before_and_after_activation_use_the_replacement():
 
 
 @lacks_convert
-def test_nothing_to_patch_is_said_once_and_never_raises(caplog):
+def test_without_the_function_activation_registers_the_backend_and_says_so_once(caplog):
     caplog.set_level(logging.INFO, logger="radix_sglang_adapter")
     first = adapter.activate()
     adapter.activate()
-    assert first.state == "active" and "nothing to patch" in first.reason
+    assert first.state == "active" and "--radix-cache-backend radix" in first.reason
+    assert "runs radix-core's" not in first.reason, "nothing is patched"
     assert [p.state for p in first.patch_points] == ["not in this release"]
-    said = [r for r in caplog.records if "nothing to patch" in r.getMessage()]
+    assert first.cache_backend.registered
+    said = [r for r in caplog.records if "radix-sglang-adapter active" in r.getMessage()]
     assert len(said) == 1
 
 
@@ -145,7 +147,7 @@ def test_unknown_kill_switch_value_raises_when_explicit_and_only_logs_when_autom
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.24", "0.6.0", "1.0.0", "nightly"])
 def test_untested_sglang_releases_are_refused(monkeypatch, caplog, version):
-    monkeypatch.setattr(_patching, "sglang_version", lambda: version)
+    monkeypatch.setattr(_activation, "sglang_version", lambda: version)
     with pytest.raises(adapter.AdapterError, match="refusing to patch"):
         adapter.activate()
     assert adapter.status().state == "refused"
@@ -156,7 +158,7 @@ def test_untested_sglang_releases_are_refused(monkeypatch, caplog, version):
 
 
 def test_an_import_failure_during_activation_is_reported(monkeypatch, caplog):
-    monkeypatch.setattr(_patching, "UTILS_MODULE", "sglang.srt.mem_cache.no_such_module")
+    monkeypatch.setattr(patching, "UTILS_MODULE", "sglang.srt.mem_cache.no_such_module")
     with pytest.raises(adapter.AdapterError, match="cannot import"):
         adapter.activate()
     assert adapter.status().state == "failed"

@@ -1,8 +1,9 @@
-"""``python -m radix_sglang_adapter doctor``: activate in this process and report every patch point.
+"""``python -m radix_sglang_adapter doctor``: activate in this process and report what is in place.
 
-Exit status: 0 when activation did what this SGLang needs (or was switched off on purpose),
-1 when a patch point that should hold the replacement does not, 2 when activation was refused or
-failed.
+Every patch point, whether the ``radix`` radix-cache backend is registered (and the radix-core
+kernels its tree would run). Exit status: 0 when activation did what this SGLang needs (or was
+switched off on purpose), 1 when a patch point that should hold the replacement does not, 2 when
+activation was refused or failed.
 """
 
 from __future__ import annotations
@@ -12,15 +13,20 @@ import importlib
 import logging
 import sys
 
-from ._patching import BINDING_MODULES, AdapterError, activate
+from ._activation import activate
+from ._settings import AdapterError
+from .backend import REGISTRY_MODULE
+from .patching import BINDING_MODULES
 
 
 def doctor() -> int:
     import_errors = []
-    for module in BINDING_MODULES:  # import what a serving process imports, so its bindings show
+    for module in (*BINDING_MODULES, REGISTRY_MODULE):  # what a serving process imports, so bindings show
         try:
             importlib.import_module(module)
         except Exception as exc:
+            if isinstance(exc, ModuleNotFoundError) and exc.name == module:
+                continue  # this release has no such module
             import_errors.append(f"cannot import {module}: {type(exc).__name__}: {exc}")
     try:
         report = activate(source="doctor")

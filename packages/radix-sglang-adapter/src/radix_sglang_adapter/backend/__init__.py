@@ -1,0 +1,171 @@
+"""The adapter's second room: SGLang serves its prefix cache on radix-core (``--radix-cache-backend radix``).
+
+SGLang 0.5.13 added a registry of tree-cache factories (``register_radix_cache_backend``) selected
+with ``--radix-cache-backend NAME``; the scheduler-facing cache interface this backend implements
+(``checkpoint``, ``path_device_indices``) is that of 0.5.22 and later. Registering imports nothing
+from SGLang but its registry; the cache class (``backend.cache``, a subclass of SGLang's
+RadixCache) is imported when SGLang builds a cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import sys
+import threading
+import weakref
+from typing import Any
+
+from .._settings import AdapterError, Release, release_text
+
+logger = logging.getLogger("radix_sglang_adapter")
+
+BACKEND_NAME = "radix"
+REGISTRY_MODULE = "sglang.srt.mem_cache.registry"
+FIRST_REGISTRY_RELEASE: Release = (0, 5, 13)
+# The first release whose RadixCache has checkpoint()/path_device_indices(), the interface here.
+FIRST_BACKEND_RELEASE: Release = (0, 5, 22)
+SELECT_FLAG = f"--radix-cache-backend {BACKEND_NAME}"
+
+_lock = threading.Lock()
+_live_caches: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendRegistration:
+    """Whether SGLang can select the ``radix`` backend in this process, and why (not)."""
+
+    registered: bool
+    detail: str
+    live_caches: int = 0
+
+    def format(self) -> str:
+        if not self.registered:
+            return f"radix-cache backend {BACKEND_NAME!r}: not registered ({self.detail})"
+        import radix_core
+
+        return (
+            f"radix-cache backend {BACKEND_NAME!r}: registered ({self.detail}); its tree runs radix-core "
+            f"{radix_core.backend().active}; {self.live_caches} cache(s) built in this process"
+        )
+
+
+def unavailable_reason(release: Release) -> str | None:
+    """Why this SGLang release cannot serve on the backend, or None when it can."""
+    if release < FIRST_REGISTRY_RELEASE:
+        return (
+            f"SGLang {release_text(release)} has no radix-cache registry "
+            f"(--radix-cache-backend came in {release_text(FIRST_REGISTRY_RELEASE)})"
+        )
+    if release < FIRST_BACKEND_RELEASE:
+        return (
+            f"SGLang {release_text(release)}'s cache interface (cache_finished_req) predates the "
+            f"checkpoint() interface this backend implements ({release_text(FIRST_BACKEND_RELEASE)} and later)"
+        )
+    return None
+
+
+def registration(release: Release | None) -> BackendRegistration:
+    """Whether SGLang's registry holds ``radix`` right now, or why it cannot."""
+    reason = unavailable_reason(release) if release is not None else None
+    if reason is not None:
+        return BackendRegistration(False, reason)
+    registry = sys.modules.get(REGISTRY_MODULE)
+    if registry is None or registry.get_radix_cache_factory(BACKEND_NAME) is not build_cache:
+        return BackendRegistration(False, "not registered in this process")
+    return BackendRegistration(True, f"select it with {SELECT_FLAG}", len(_live_caches))
+
+
+def register(release: Release) -> None:
+    """Register ``radix`` with SGLang's registry (idempotent; nothing where the release can't
+    serve on it). AdapterError if the registry holds another factory under that name."""
+    if unavailable_reason(release) is not None:
+        return
+    with _lock:
+        registry = importlib.import_module(REGISTRY_MODULE)
+        held = registry.get_radix_cache_factory(BACKEND_NAME)
+        if held is None:
+            registry.register_radix_cache_backend(BACKEND_NAME, build_cache)
+        elif held is not build_cache:
+            raise AdapterError(f"SGLang's radix-cache registry already holds another {BACKEND_NAME!r}: {held!r}")
+
+
+def unregister() -> None:
+    """Take ``radix`` out of SGLang's registry if this adapter put it there. SGLang has no public
+    way to do that: its registry dict is edited directly (caches already built keep working)."""
+    registry = sys.modules.get(REGISTRY_MODULE)
+    entries = getattr(registry, "_RADIX_CACHE_REGISTRY", None)
+    with _lock:
+        if entries is not None and entries.get(BACKEND_NAME) is build_cache:
+            del entries[BACKEND_NAME]
+
+
+def context_refusal(ctx: Any) -> str | None:
+    """Why a server built with ``ctx`` (SGLang's TreeCacheBuildContext) cannot run the backend."""
+    from sglang.srt.runtime_context import get_memory
+
+    memory = get_memory()
+    unsupported = [
+        (ctx.enable_hierarchical_cache, "--enable-hierarchical-cache", "radix-core keeps no host tier"),
+        (ctx.is_hybrid_swa, "a hybrid sliding-window (SWA) model", "radix-core's tree has no SWA component"),
+        (ctx.is_hybrid_ssm, "a model with mamba state", "radix-core's tree has no mamba component"),
+        (getattr(memory, "enable_lmcache", False), "--enable-lmcache", "LMCache needs SGLang's unified tree"),
+        (getattr(memory, "enable_flexkv", False), "--enable-flexkv", "FlexKV brings its own tree cache"),
+    ]
+    return _first_refusal(unsupported) or params_refusal(ctx.params)
+
+
+def params_refusal(params: Any) -> str | None:
+    """Why a cache with SGLang's ``CacheInitParams`` cannot run on radix-core, or None."""
+    from radix_core import EVICTION_POLICIES
+
+    policy = params.eviction_policy.lower()
+    unsupported = [
+        (params.disable, "--disable-radix-cache", "a disabled cache has no tree to run"),
+        (params.enable_kv_cache_events, "--kv-events-config", "radix-core publishes no KV cache events"),
+        (params.enable_session_radix_cache, "--enable-session-radix-cache", "sessions need SGLang's unified tree"),
+        (params.sliding_window_size is not None, "a sliding-window (SWA) model", "radix-core has no SWA component"),
+        (
+            policy not in EVICTION_POLICIES,
+            f"--radix-eviction-policy {policy}",
+            f"radix-core implements {', '.join(EVICTION_POLICIES)}",
+        ),
+        (bool(params.eviction_policy_config), "--radix-eviction-policy-config", "radix-core's policies take none"),
+    ]
+    return _first_refusal(unsupported)
+
+
+def _first_refusal(checks: list[tuple[Any, str, str]]) -> str | None:
+    for applies, what, why in checks:
+        if applies:
+            return f"{SELECT_FLAG} cannot serve with {what} ({why}); drop that option or {SELECT_FLAG}"
+    return None
+
+
+def build_cache(ctx: Any) -> Any:
+    """The factory SGLang's create_tree_cache() calls for ``--radix-cache-backend radix``."""
+    from sglang.srt.mem_cache.registry import default_radix_cache_factory
+
+    import radix_core
+
+    if ctx.disable_radix_cache:
+        logger.info("%s with --disable-radix-cache: no tree to run; SGLang builds its own cache", SELECT_FLAG)
+        return default_radix_cache_factory(ctx)
+    refusal = context_refusal(ctx)
+    if refusal is not None:
+        raise ValueError(refusal)
+    from .cache import RadixCoreCache
+
+    cache = RadixCoreCache(ctx.params)
+    _live_caches.add(cache)
+    status = radix_core.backend()
+    logger.info(
+        "radix-sglang-adapter: the prefix cache runs on radix-core %s (%s), page_size=%d, eagle=%s, policy=%s",
+        status.active,
+        status.reason,
+        cache.page_size,
+        cache.is_eagle,
+        cache.eviction_policy,
+    )
+    return cache

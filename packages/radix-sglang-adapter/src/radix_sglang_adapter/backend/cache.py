@@ -1,0 +1,237 @@
+"""RadixCoreCache: SGLang's own RadixCache, with every tree operation on radix_core.RadixCache.
+
+Subclassing SGLang's RadixCache keeps what the scheduler drives around the tree SGLang's:
+``free_kv_row``, ``unlock``, ``prefix_device_indices``, ``dfs_weight_order``, its key and result
+types, page and EAGLE handling of request keys. What runs on radix-core is the tree: match,
+insert, evict, lock counting, sizes, and ``checkpoint``, the per-chunk hot path, rewritten to leave
+exactly what SGLang's leaves without redoing work (the differential tests compare the two after
+every scheduler step). This module imports SGLang; only the backend's factory imports it, when
+SGLang builds its tree cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+from sglang.srt.mem_cache.base_prefix_cache import (
+    DecLockRefParams,
+    DecLockRefResult,
+    EvictParams,
+    EvictResult,
+    IncLockRefResult,
+    InsertParams,
+    InsertResult,
+    MatchPrefixParams,
+    MatchResult,
+    TreeLock,
+)
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+from sglang.srt.utils.common import ceil_align
+
+import radix_core
+
+from . import params_refusal
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import Req
+
+logger = logging.getLogger("radix_sglang_adapter")
+
+_INT64_MAX = torch.iinfo(torch.int64).max
+_NO_RECEIPT = DecLockRefParams()
+
+
+def _namespace(extra_key: Any, cache_salt: Any) -> Any:
+    """SGLang namespaces its tree by extra_key, and by cache_salt too when one is set."""
+    return extra_key if cache_salt is None else (extra_key, cache_salt)
+
+
+class RadixCoreCache(RadixCache):
+    """SGLang's ``RadixCache`` whose tree is a ``radix_core.RadixCache`` (``self.tree``).
+
+    Answers are SGLang's, checked against its RadixCache request by request. Where SGLang's
+    tolerates misuse by corrupting its own sizes (``dec_lock_ref`` without ``inc_lock_ref``, a lock
+    on an evicted node, ``evict`` of a negative count), this one logs an error and changes nothing.
+    Single writer, as SGLang's scheduler: not thread-safe.
+    """
+
+    def __init__(self, params: CacheInitParams):
+        refusal = params_refusal(params)
+        if refusal is not None:
+            raise ValueError(refusal)
+        super().__init__(params)  # calls reset(), which builds the tree
+
+    # ----- the tree -----------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        self.tree = radix_core.RadixCache(
+            self.page_size, self.is_eagle, self.eviction_policy, on_evict=self._free_evicted_value
+        )
+        self.root_node = self.tree.root_node
+        self._empty_device_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
+        root = self.root_node
+        self._empty_match_result = MatchResult(
+            device_prefix_len=0, last_device_node=root, last_host_node=root, best_match_node=root
+        )
+        self.kv_events.record_all_cleared()
+
+    def _free_evicted_value(self, value: torch.Tensor) -> None:
+        # Tree values are page-aligned copies of a KV row, as in SGLang's evict().
+        self.token_to_kv_pool_allocator.free_segment(value, start_pos=0)
+
+    def _tree_key(self, key: RadixKey) -> radix_core.RadixKey:
+        """The same tokens (a window, no copy of an array('q')) in the same namespace."""
+        return radix_core.RadixKey(key.token_ids, _namespace(key.extra_key, key.cache_salt), key.is_bigram, key.limit)
+
+    def _request_key(self, req: Req, raw_tokens: int) -> radix_core.RadixKey:
+        """The first ``raw_tokens`` of the request's fill ids, page-aligned, as SGLang keys it."""
+        namespace = _namespace(req.extra_key, req.cache_salt)
+        tokens = req.full_untruncated_fill_ids
+        return radix_core.RadixKey(tokens, namespace, self.is_eagle, raw_tokens).page_aligned(self.page_size)
+
+    # ----- BasePrefixCache ----------------------------------------------------------------------
+
+    def checkpoint(self, req: Req, *, up_to: int, **kwargs: Any) -> None:
+        """SGLang's RadixCache.checkpoint: the same tree, row, allocator and request afterwards,
+        without the work that is there only to be thrown away.
+
+        SGLang's: insert the first ``up_to`` fill ids (page-aligned) with the KV indices of the
+        request's row; insert again up to the prompt's end at priority + 1 (a split there, so
+        eviction drops the output first); free the row's slots that duplicate KV the tree held
+        already; match the key again; rewrite the row from the tree; move the request's lock.
+        Here nothing is done twice: the key is a window over the fill ids (SGLang copies them;
+        the tree copies what it keeps, or keeps the array itself where one node covers it all,
+        which SGLang only ever appends to); both inserts follow the path the request already
+        holds (its locked ``last_node``, then the node just reached) instead of comparing those
+        tokens again, the prompt boundary is made with the new nodes, and the values start at
+        ``cache_protected_len`` (SGLang converts and compares the whole row at every chunk:
+        quadratic in the prompt); the second match is a ``touch`` of the path it would walk; the
+        row is rewritten only over the duplicates (past them the tree holds copies of the row).
+        """
+        kv = req.kv
+        key = self._request_key(req, up_to)
+        if kv.swa_evict_floor > 0:  # what a pure-SWA window already evicted is never cached
+            key = key[: ceil_align(kv.swa_evict_floor, self.page_size)]  # type: ignore[assignment]
+        key_len = len(key)
+        protected = min(kv.cache_protected_len, key_len)
+        row = self.req_to_token_pool.req_to_token[kv.req_pool_idx]
+        values = row[protected:key_len].to(dtype=torch.int64, copy=True)
+        priority = req.priority or 0
+        prompt_key = self._request_key(req, min(len(req.origin_input_ids), up_to))
+        prompt_len = len(prompt_key)
+        split_prompt = 0 < prompt_len < key_len
+        matched, node = self.tree.insert(
+            key,
+            values,
+            priority,
+            inserted_len=kv.cache_inserted_len,
+            value_offset=protected,
+            known_path=req.last_node,
+            copy_value=False,  # a fresh conversion, made for the tree
+            split_at=prompt_len if split_prompt else None,
+        )
+        kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
+        if split_prompt:  # the path is all cached now: no values, no comparisons
+            split_priority = min(priority + 1, _INT64_MAX)
+            self.tree.insert(
+                prompt_key,
+                values[:0],
+                split_priority,
+                inserted_len=prompt_len,
+                value_offset=prompt_len,
+                known_path=node,
+            )
+        self.token_to_kv_pool_allocator.free_segment(row[protected:matched], start_pos=protected)
+        self.tree.touch(node)
+        if matched > protected:
+            tree_indices = self.tree.path_indices(node)
+            self.req_to_token_pool.write((kv.req_pool_idx, slice(protected, matched)), tree_indices[protected:matched])
+        kv.cache_protected_len = key_len
+        self.unlock(req.lock)
+        req.lock = self.lock(node)
+        req.last_node = node
+
+    def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
+        key, _ = params.key.maybe_to_bigram_view(self.is_eagle)  # in place, as SGLang does
+        if len(key) == 0:
+            return self._empty_match_result
+        found = self.tree.match_prefix(self._tree_key(key))
+        if found.prefix_len == 0:
+            return self._empty_match_result
+        node = found.last_node
+        return MatchResult(
+            device_prefix_len=found.prefix_len, last_device_node=node, last_host_node=node, best_match_node=node
+        )
+
+    def touch_prefix(self, key: RadixKey) -> None:
+        key, _ = key.maybe_to_bigram_view(self.is_eagle)
+        if len(key):
+            self.tree.match_prefix(self._tree_key(key))
+
+    def insert(self, params: InsertParams) -> InsertResult:
+        """SGLang's insert: the key page-aligned, ``value`` cut to it (EAGLE: a raw key of n tokens
+        takes n - 1 of its n values), the token ids as int64 values when ``value`` is None."""
+        key, value = params.key.maybe_to_bigram_view(self.is_eagle, params.value)
+        tree_key = self._tree_key(key).page_aligned(self.page_size)
+        units = len(tree_key)
+        if value is None:
+            value = torch.tensor(tree_key.token_ids[:units], dtype=torch.int64)
+        elif len(value) < units:
+            raise ValueError(f"insert got {len(value)} values for a key of {units} cached units")
+        else:
+            value = value[:units]
+        found = self.tree.insert(tree_key, value, params.priority, inserted_len=params.inserted_len)
+        return InsertResult(prefix_len=found.prefix_len, last_device_node=found.last_node)
+
+    def evict(self, params: EvictParams) -> EvictResult:
+        if params.num_tokens < 0:
+            logger.error("evict(num_tokens=%d): a negative count; nothing evicted", params.num_tokens)
+            return EvictResult()
+        start_time = time.perf_counter()
+        evicted = self.tree.evict(params.num_tokens)
+        self.update_eviction_metrics(evicted, start_time)
+        return EvictResult(num_tokens_evicted=evicted)
+
+    def inc_lock_ref(self, node: Any) -> IncLockRefResult:
+        try:
+            delta = self.tree.inc_lock_ref(node)
+        except ValueError as exc:  # not (or no longer) in this tree: radix-core changed nothing
+            logger.error("inc_lock_ref(%r) ignored: %s; the tree is unchanged", node, exc)
+            return IncLockRefResult(delta=0)
+        return IncLockRefResult(delta=delta)
+
+    def dec_lock_ref(self, node: Any, params: DecLockRefParams | None = None) -> DecLockRefResult:
+        try:
+            delta = self.tree.dec_lock_ref(node)
+        except ValueError as exc:  # unlocked, or not in this tree: radix-core changed nothing
+            logger.error("dec_lock_ref(%r) ignored: %s; the tree is unchanged", node, exc)
+            return DecLockRefResult(delta=0)
+        return DecLockRefResult(delta=delta)
+
+    def lock(self, node: Any) -> TreeLock:
+        """SGLang's lock, with one shared receipt: this tree's dec_lock_ref needs none replayed."""
+        self.inc_lock_ref(node)
+        return TreeLock(node, _NO_RECEIPT)
+
+    def path_device_indices(self, node: Any) -> torch.Tensor:
+        """KV indices from the root down to ``node``; ValueError for a node no longer in the tree
+        (its indices may have been handed out again: there is no right answer to give)."""
+        if node is self.root_node:
+            return self._empty_device_indices
+        return self.tree.path_indices(node)
+
+    def evictable_size(self) -> int:
+        return self.tree.evictable_size()
+
+    def protected_size(self) -> int:
+        return self.tree.protected_size()
+
+    def total_size(self) -> int:
+        return self.tree.total_size()
+
+    def pretty_print(self) -> None:
+        self.tree.pretty_print()

@@ -1,0 +1,201 @@
+"""A CPU stand-in for SGLang 0.5.22+'s scheduler around its tree cache, built from SGLang's own parts.
+
+Requests are SGLang's ``Req``; rows live in SGLang's ``ReqToTokenPool``; KV slots come from SGLang's
+token-to-KV allocator (paged or not) on the CPU device, through SGLang's allocation functions,
+which evict from the tree when the pool runs short. The tree cache is driven through the same
+functions the scheduler uses: ``Req.init_next_round_input`` (match), ``BasePrefixCache.lock``,
+``checkpoint_kv_cache`` (chunked prefill), ``release_kv_cache`` (finish and abort). Only the
+batching is left out: requests move one at a time, a step at a time, as a test chooses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH, Req
+from sglang.srt.mem_cache.allocation import (
+    alloc_paged_token_slots_decode,
+    alloc_paged_token_slots_extend,
+    alloc_token_slots,
+)
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.runtime_context import get_context
+from sglang.srt.sampling.sampling_params import SamplingParams
+
+
+@contextmanager
+def published_server_args(**fields: Any) -> Iterator[Any]:
+    """SGLang's process-wide config (what the scheduler publishes at start), for a test's duration."""
+    override = get_context().override_server_args(**fields)
+    server_args = override.install()
+    try:
+        yield server_args
+    finally:
+        override.restore()
+
+
+def cache_params(
+    pool: Any, allocator: Any, page_size: int, is_eagle: bool, policy: str, **more: Any
+) -> CacheInitParams:
+    """SGLang's CacheInitParams of an enabled cache; ``more`` sets any other field."""
+    fields: dict[str, Any] = {"disable": False, **more}
+    return CacheInitParams(
+        req_to_token_pool=pool,
+        token_to_kv_pool_allocator=allocator,
+        page_size=page_size,
+        is_eagle=is_eagle,
+        eviction_policy=policy,
+        **fields,
+    )
+
+
+def build_context(server_args: Any, params: CacheInitParams, **overrides: Any) -> Any:
+    """SGLang's TreeCacheBuildContext for a plain single-GPU server, as kv_cache_builder makes it."""
+    from sglang.srt.mem_cache.registry import TreeCacheBuildContext
+
+    fields = dict(
+        server_args=server_args,
+        params=params,
+        is_hybrid_swa=False,
+        is_hybrid_ssm=False,
+        enable_hierarchical_cache=False,
+        disable_radix_cache=params.disable,
+        tp_worker=None,
+        model_config=None,
+        tp_size=1,
+        tp_rank=0,
+        tp_group=None,
+    )
+    fields.update(overrides)
+    return TreeCacheBuildContext(**fields)
+
+
+def small_pools(page_size: int = 1, kv_slots: int = 1024) -> tuple[ReqToTokenPool, Any]:
+    """A request-to-token pool and a KV allocator (paged or not) on the CPU."""
+    pool = ReqToTokenPool(16, 2048, "cpu", False)
+    if page_size == 1:
+        return pool, TokenToKVPoolAllocator(kv_slots, torch.float16, "cpu", None, False)
+    return pool, PagedTokenToKVPoolAllocator(kv_slots, page_size, torch.float16, "cpu", None, False)
+
+
+class Server:
+    """One scheduler's KV state around a tree cache built by ``make_cache(params)``."""
+
+    def __init__(
+        self,
+        make_cache: Any,
+        *,
+        page_size: int = 1,
+        is_eagle: bool = False,
+        policy: str = "lru",
+        kv_slots: int = 4096,
+    ):
+        self.page_size = page_size
+        self.pool, self.allocator = small_pools(page_size, kv_slots)
+        self.cache = make_cache(cache_params(self.pool, self.allocator, page_size, is_eagle, policy))
+        self.live: dict[str, Req] = {}
+        self._rids = itertools.count()
+
+    # ----- requests -------------------------------------------------------------------------------
+
+    def arrive(
+        self, prompt: list[int], chunk: int, extra_key: Any = None, salt: Any = None, priority: int | None = None
+    ) -> Req:
+        """A new request: match against the tree, lock the match, allocate and fill its first chunk
+        (of ``chunk`` tokens: chunked prefill)."""
+        req = Req(
+            f"r{next(self._rids)}",
+            "",
+            array("q", prompt),
+            SamplingParams(max_new_tokens=64),
+            extra_key=extra_key,
+            cache_salt=salt,
+            priority=priority,
+        )
+        req.chunk = chunk
+        req.init_next_round_input(self.cache)
+        req.lock = self.cache.lock(req.last_node)
+        self.live[req.rid] = req
+        self._extend(req)
+        return req
+
+    def prefilling(self, req: Req) -> bool:
+        return req.extend_end < len(req.full_untruncated_fill_ids)
+
+    def step(self, req: Req, next_token: int) -> None:
+        """One scheduler step of ``req``: its next prefill chunk (after checkpointing the last one,
+        as chunked prefill does), or one decoded token."""
+        if self.prefilling(req):
+            checkpoint_kv_cache(req, self.cache)
+            req.init_next_round_input()  # a chunked request continues in its own row
+            self._extend(req)
+        else:
+            self._decode(req, next_token)
+
+    def finish(self, req: Req) -> None:
+        req.finished_reason = FINISH_LENGTH(len(req.output_ids))
+        self._release(req, checkpoint=True)
+
+    def abort(self, req: Req) -> None:
+        req.finished_reason = FINISH_ABORT("aborted by the test")
+        self._release(req, checkpoint=False)
+
+    def evict(self, num_tokens: int) -> int:
+        return self.cache.evict(EvictParams(num_tokens=num_tokens)).num_tokens_evicted
+
+    def row(self, req: Req) -> list[int]:
+        """The KV slots of ``req``'s tokens, as its row holds them."""
+        return self.pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len].tolist()
+
+    # ----- allocation, as SGLang's alloc_for_extend / alloc_for_decode do it for a batch of one --
+
+    def _extend(self, req: Req) -> None:
+        prefix_len = req.prefix_len
+        req.extend_end = min(prefix_len + req.chunk, len(req.full_untruncated_fill_ids))
+        if req.kv.holds_kv:
+            prefix = self.pool.req_to_token[req.kv.req_pool_idx, :prefix_len].to(torch.int64)
+        else:
+            prefix = self.cache.prefix_device_indices(req) if prefix_len else torch.empty(0, dtype=torch.int64)
+            self.pool.alloc([req])
+        extend = req.extend_end - prefix_len
+        if self.page_size == 1:
+            slots = alloc_token_slots(self.cache, extend)
+        else:
+            last_loc = prefix[-1:] if len(prefix) else torch.full((1,), -1, dtype=torch.int64)
+            prefix_lens = torch.tensor([prefix_len], dtype=torch.int64)
+            seq_lens = torch.tensor([req.extend_end], dtype=torch.int64)
+            slots = alloc_paged_token_slots_extend(
+                self.cache, prefix_lens, prefix_lens, seq_lens, seq_lens, last_loc, extend
+            )
+        row = req.kv.req_pool_idx
+        self.pool.write((row, slice(0, prefix_len)), prefix)
+        self.pool.write((row, slice(prefix_len, req.extend_end)), slots)
+        req.kv.kv_allocated_len = req.kv.kv_committed_len = req.extend_end
+
+    def _decode(self, req: Req, token: int) -> None:
+        seq_len = req.kv.kv_allocated_len
+        row = req.kv.req_pool_idx
+        if self.page_size == 1:
+            slot = alloc_token_slots(self.cache, 1)
+        else:
+            last_loc = self.pool.req_to_token[[row], seq_len - 1].to(torch.int64)
+            seq_lens = torch.tensor([seq_len + 1], dtype=torch.int64)
+            slot = alloc_paged_token_slots_decode(self.cache, seq_lens, seq_lens, last_loc)
+        self.pool.write((row, seq_len), slot.to(torch.int32))
+        req.output_ids.append(token)
+        req.kv.kv_allocated_len += 1
+        req.kv.kv_committed_len += 1
+
+    def _release(self, req: Req, checkpoint: bool) -> None:
+        release_kv_cache(req, self.cache, checkpoint=checkpoint)
+        del self.live[req.rid]

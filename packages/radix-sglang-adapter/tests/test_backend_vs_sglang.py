@@ -1,0 +1,164 @@
+"""The ``radix`` backend against SGLang's own RadixCache, at the scheduler's level.
+
+The same random stream of requests (arrivals with shared prefixes, chunked prefill with
+checkpoints, decoding, finishing, aborts, explicit evictions, a small KV pool that forces eviction)
+runs on two CPU "servers" built from SGLang's own Req, ReqToTokenPool, allocator and cache
+functions: one with SGLang's RadixCache, one with RadixCoreCache. After every step both must agree
+on the prefix length of each arrival, every live request's KV row, the allocator's free slots (in
+order), and the evictable, protected and total sizes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sglang_harness as sg
+
+if not sg.HAS_CHECKPOINT:
+    pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
+
+from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+
+import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
+
+SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 40)), [4] * 5, [5, 6, 7], [8] * 33, list(range(40, 60))]
+prompts = st.tuples(
+    st.lists(st.sampled_from(range(len(SEGMENTS))), min_size=1, max_size=3), st.lists(st.integers(0, 9), max_size=8)
+).map(lambda parts: [t for i in parts[0] for t in SEGMENTS[i]] + parts[1])
+namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1")])
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("arrive"), prompts, st.sampled_from([8, 16, 40, 1000]), namespaces, st.integers(0, 2)),
+        st.tuples(st.just("step"), st.integers(0, 9), st.integers(0, 9)),
+        st.tuples(st.just("step"), st.integers(0, 9), st.integers(0, 9)),
+        st.tuples(st.just("finish"), st.integers(0, 9)),
+        st.tuples(st.just("abort"), st.integers(0, 9)),
+        st.tuples(st.just("evict"), st.integers(-1, 60)),
+    ),
+    min_size=10,
+    max_size=80,
+)
+MAX_LIVE = 3  # prompts <= 130 tokens plus a few outputs: never more than the pool can hold locked
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch):
+    """One clock for both trees that never returns the same time twice: exact eviction orders."""
+    ticks = itertools.count(1)
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def server_args():
+    with sh.published_server_args() as args:
+        yield args
+
+
+def pool_state(server: sh.Server) -> tuple:
+    allocator = server.allocator
+    free = allocator.free_pages if server.page_size == 1 else allocator.get_all_free_pages()
+    cache = server.cache
+    return (free.tolist(), cache.evictable_size(), cache.protected_size(), cache.total_size())
+
+
+def run_both(ops: list[tuple], page_size: int, is_eagle: bool, policy: str) -> dict[str, int]:
+    """Replays ``ops`` on SGLang's cache and on the backend; returns how much sharing and
+    eviction the stream exercised."""
+    kv_slots = 512 if page_size > 1 else 448
+    servers = [
+        sh.Server(make, page_size=page_size, is_eagle=is_eagle, policy=policy, kv_slots=kv_slots)
+        for make in (RadixCache, RadixCoreCache)
+    ]
+    theirs, ours = servers
+    live: list[tuple] = []
+    seen = {"matched": 0, "evicted": 0}
+    for step, (name, *args) in enumerate(ops):
+        where = f"step {step}: {name}{tuple(args)!r}"
+        cached_before = theirs.cache.total_size()
+        if name == "arrive" and len(live) < MAX_LIVE:
+            prompt, chunk, (extra_key, salt), priority = args
+            pair = [server.arrive(prompt, chunk, extra_key, salt, priority) for server in servers]
+            assert pair[0].prefix_len == pair[1].prefix_len, where
+            seen["matched"] += pair[0].prefix_len
+            live.append(tuple(pair))
+        elif name == "step" and live:
+            which, token = args
+            for server, req in zip(servers, live[which % len(live)]):
+                server.step(req, token)
+        elif name in ("finish", "abort") and live:
+            for server, req in zip(servers, live.pop(args[0] % len(live))):
+                getattr(server, name)(req)
+        elif name == "evict":
+            assert theirs.evict(args[0]) == ours.evict(args[0]), where
+        seen["evicted"] += max(0, cached_before - theirs.cache.total_size())
+        assert pool_state(theirs) == pool_state(ours), where
+        for their_req, our_req in live:
+            assert theirs.row(their_req) == ours.row(our_req), where
+    return seen
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "fifo", "mru", "filo", "priority"])
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_request_streams_give_the_same_answers(backend_name, ticking_clock, page_size, is_eagle, policy):
+    @settings(max_examples=25)
+    @given(ops=operations)
+    def check(ops):
+        run_both(ops, page_size, is_eagle, policy)
+
+    check()
+
+
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_a_busy_stream_shares_prefixes_and_evicts(backend_name, ticking_clock, page_size, is_eagle):
+    """A long fixed stream, so that the random ones above are known to reach sharing and eviction."""
+    ops: list[tuple] = []
+    for turn in range(60):
+        prompt = SEGMENTS[turn % 3] + SEGMENTS[2 + turn % 5] + [100 + turn] * 20
+        ops.append(("arrive", prompt, 16, (None, None) if turn % 4 else ("lora-a", None), 0))
+        ops += [("step", turn, turn % 10)] * 8
+        ops.append(("finish" if turn % 5 else "abort", turn))
+    seen = run_both(ops, page_size, is_eagle, "lru")
+    assert seen["matched"] > 300, "prompts were served from the cache"
+    assert seen["evicted"] > 300, "the pool ran short and the tree gave KV back"
+
+
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_twins_prefilled_side_by_side_give_back_their_duplicates(backend_name, ticking_clock, page_size, is_eagle):
+    """Two requests with one prompt, admitted together: each checkpoint of the later one finds KV
+    the earlier one already put in the tree, frees its own copy and points its row at the tree's."""
+    servers = [
+        sh.Server(make, page_size=page_size, is_eagle=is_eagle, kv_slots=1024) for make in (RadixCache, RadixCoreCache)
+    ]
+    prompt = SEGMENTS[2] + SEGMENTS[6] + SEGMENTS[5]
+    twins = [[server.arrive(prompt, 16) for _ in range(2)] for server in servers]
+    while servers[0].prefilling(twins[0][1]):
+        for server, (first, second) in zip(servers, twins):
+            server.step(first, 1)
+            server.step(second, 1)
+        assert pool_state(servers[0]) == pool_state(servers[1])
+        assert [servers[0].row(r) for r in twins[0]] == [servers[1].row(r) for r in twins[1]]
+    first, second = twins[1]
+    shared = second.kv.cache_protected_len
+    rows = servers[1].row(first), servers[1].row(second)
+    assert shared >= 32 and rows[0][:shared] == rows[1][:shared], "the later twin points at the earlier one's KV"
+
+
+def test_what_a_sliding_window_evicted_is_not_cached(backend_name, ticking_clock):
+    """SGLang's checkpoint keys only up to kv.swa_evict_floor when a window has evicted the rest."""
+    servers = [sh.Server(make, page_size=16, kv_slots=512) for make in (RadixCache, RadixCoreCache)]
+    reqs = [server.arrive(SEGMENTS[2] + SEGMENTS[5], 8) for server in servers]
+    for server, req in zip(servers, reqs):
+        req.kv.swa_evict_floor = 20
+        while server.prefilling(req):
+            server.step(req, 0)
+        server.finish(req)
+    assert pool_state(servers[0]) == pool_state(servers[1]) and servers[1].cache.total_size() == 32
