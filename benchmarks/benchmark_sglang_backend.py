@@ -1,0 +1,329 @@
+"""SGLang's tree caches on real traffic: its default, its RadixCache, and ``--radix-cache-backend radix``.
+
+Replays a Mooncake-format trace (default: the bundled synthetic trace, first ``--requests``) one
+request at a time through the calls SGLang 0.5.23's scheduler makes on its tree cache, with
+SGLang's own ``Req``, ``ReqToTokenPool`` and cache functions on the CPU:
+
+    admission   Req.init_next_round_input (match) + lock + prefix_device_indices
+    prefill     chunks of --chunk tokens; checkpoint_kv_cache between chunks
+    allocation  evict_from_tree_cache before every allocation (eviction to the KV capacity)
+    finish      release_kv_cache(checkpoint=True)
+
+Two clocks (gc on, torch on 1 thread), neither counting slot allocation and row writes:
+- in the cache: the time inside the cache's methods called by those steps (match_prefix, lock,
+  checkpoint, evict_for_alloc, free_kv_row, unlock, ...), nested calls counted once;
+- scheduler path: the whole steps, SGLang's request bookkeeping around the calls included (copying
+  fill ids, reading its config): the same for every cache, so it narrows every ratio.
+KV slots come from a CPU stand-in for SGLang's allocator that frees in O(1): on a GPU server a
+free is a device-side tensor op, while on this CPU SGLang's torch.cat of a million-slot free list
+would be most of the clock, identically for every cache.
+
+Caches, each on a fresh pool per replay, in rotating order every round:
+- SGLang default: what create_tree_cache() builds without the flag (UnifiedRadixCache, Rust TreeCore)
+- SGLang RadixCache: SGLang's Python radix tree
+- radix native / radix pure: what ``--radix-cache-backend radix`` builds, radix-core native / Python
+
+Cells: EAGLE on and off x KV capacities (unbounded, 1M, 200k tokens), LRU. Every cache must give
+the same prefix length to every request (else the run fails). Targets are checked on the
+in-the-cache clock; the scheduler-path ratios are printed beside them.
+
+    python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--check] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
+
+import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
+
+sglang_cpu_shim.install()
+
+import torch  # noqa: E402
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req  # noqa: E402
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.common import checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+from sglang.srt.mem_cache.registry import create_tree_cache, get_radix_cache_factory  # noqa: E402
+from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
+
+import radix_core  # noqa: E402
+import radix_sglang_adapter  # noqa: E402
+import scheduler_harness as sh  # noqa: E402
+from radix_core._backend import python_reference_only  # noqa: E402
+from radix_core.trace import TokenExpander, read_trace  # noqa: E402
+
+DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
+BASELINE = "SGLang default"
+CAPACITIES = {"unbounded": None, "1M": 1_000_000, "200k": 200_000}
+# implementation -> minimum speedup over SGLang's default cache, in every cell
+TARGETS = {"radix native": 3.0, "radix pure": None}
+NOT_SLOWER_THAN = "SGLang RadixCache"  # the backend, native, must never be slower than this either
+
+Request = tuple[array, array]  # prompt tokens, output tokens
+
+
+class FreeListAllocator(TokenToKVPoolAllocator):
+    """SGLang's token-to-KV allocator with its free list kept as a queue of index tensors, so a free
+    costs O(1) on the CPU (see the module docstring). Same slots handed out, same counts."""
+
+    def clear(self) -> None:
+        self._chunks: collections.deque[torch.Tensor] = collections.deque([torch.arange(1, self.size + 1)])
+        self._available = self.size
+        self.free_group = None
+        self.release_pages = torch.empty((0,), dtype=torch.int64)
+
+    def available_size(self) -> int:
+        return self._available
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        if need_size > self._available:
+            return None
+        parts = []
+        while need_size:
+            chunk = self._chunks[0]
+            take = min(need_size, len(chunk))
+            parts.append(chunk[:take])
+            if take == len(chunk):
+                self._chunks.popleft()
+            else:
+                self._chunks[0] = chunk[take:]
+            need_size -= take
+        self._available -= sum(len(part) for part in parts)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def free(self, free_index: torch.Tensor) -> None:
+        if free_index.numel():
+            self._chunks.append(free_index.to(torch.int64, copy=True))  # rows get rewritten: copy
+            self._available += free_index.numel()
+
+
+class TimedCache:
+    """What the scheduler's functions get instead of the cache: the same object, its methods
+    timed. The cache's calls to its own methods go around this, so nothing is counted twice."""
+
+    def __init__(self, cache: Any):
+        self._cache = cache
+        self.seconds = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._cache, name)
+        if not callable(found):
+            return found
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return found(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        setattr(self, name, timed)  # made once per method: later look-ups skip __getattr__
+        return timed
+
+
+def default_cache(server_args: Any, params: Any) -> Any:
+    cache = create_tree_cache(sh.build_context(server_args, params))
+    core = type(getattr(cache, "tree_core", None)).__name__
+    assert core.startswith("Rust"), f"SGLang's default cache runs {core}, not its Rust TreeCore"
+    return cache
+
+
+def backend_cache(server_args: Any, params: Any) -> Any:
+    return get_radix_cache_factory(radix_sglang_adapter.BACKEND_NAME)(sh.build_context(server_args, params))
+
+
+IMPLEMENTATIONS: dict[str, Callable[[Any, Any], Any]] = {
+    BASELINE: default_cache,
+    "SGLang RadixCache": lambda server_args, params: RadixCache(params),
+    "radix native": backend_cache,
+    "radix pure": backend_cache,
+}
+
+
+def replay(implementation: str, server_args: Any, requests: list[Request], eagle: bool, capacity: int, chunk: int):
+    """Seconds per request on the scheduler path and inside the cache, and each request's matched
+    prefix length."""
+    longest = max(len(prompt) + len(output) for prompt, output in requests)
+    pool = ReqToTokenPool(1, longest + 1, "cpu", False)
+    allocator = FreeListAllocator(capacity, torch.float16, "cpu", None, False)
+    cache = TimedCache(IMPLEMENTATIONS[implementation](server_args, sh.cache_params(pool, allocator, 1, eagle, "lru")))
+    clock = time.perf_counter
+    seconds, inside, matched = [], [], []
+    for number, (prompt, output) in enumerate(requests):
+        req = Req(f"r{number}", "", prompt, SamplingParams(max_new_tokens=len(output) + 1))
+        cache.seconds = 0.0
+        start = clock()
+        req.init_next_round_input(cache)
+        req.lock = cache.lock(req.last_node)
+        prefix = cache.prefix_device_indices(req)
+        spent = clock() - start
+        matched.append(req.prefix_len)
+        pool.alloc([req])
+        row = req.kv.req_pool_idx
+        pool.write((row, slice(0, req.prefix_len)), prefix)
+        while True:  # chunked prefill
+            begin, end = req.prefix_len, min(req.prefix_len + chunk, len(prompt))
+            req.extend_end = end
+            start = clock()
+            evict_from_tree_cache(cache, end - begin)
+            spent += clock() - start
+            pool.write((row, slice(begin, end)), allocator.alloc(end - begin))
+            req.kv.kv_allocated_len = req.kv.kv_committed_len = end
+            if end == len(prompt):
+                break
+            start = clock()
+            checkpoint_kv_cache(req, cache)
+            spent += clock() - start
+        start = clock()  # decoding: the output's slots, in one go
+        evict_from_tree_cache(cache, len(output))
+        spent += clock() - start
+        pool.write((row, slice(len(prompt), len(prompt) + len(output))), allocator.alloc(len(output)))
+        req.output_ids.extend(output)
+        req.kv.kv_allocated_len = req.kv.kv_committed_len = len(prompt) + len(output)
+        req.finished_reason = FINISH_LENGTH(len(output))
+        start = clock()
+        release_kv_cache(req, cache, checkpoint=True)
+        seconds.append(spent + clock() - start)
+        inside.append(cache.seconds)
+    return seconds, inside, matched
+
+
+def run_one(implementation: str, *args: Any) -> tuple[list[float], list[float], list[int]]:
+    if implementation == "radix pure":
+        with python_reference_only():
+            return replay(implementation, *args)
+    return replay(implementation, *args)
+
+
+def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int) -> list[dict]:
+    total = sum(len(prompt) + len(output) for prompt, output in requests)
+    names = list(IMPLEMENTATIONS)
+    cells = []
+    for eagle in (False, True):
+        for capacity_name, capacity in CAPACITIES.items():
+            slots = capacity or total + 1
+            per_round: dict[str, list[float]] = {name: [] for name in names}  # in the cache
+            path_per_round: dict[str, list[float]] = {name: [] for name in names}  # scheduler path
+            matched_by: dict[str, list[int]] = {}
+            for r in range(rounds):
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    gc.collect()
+                    seconds, inside, matched = run_one(name, server_args, requests, eagle, slots, chunk)
+                    per_round[name].append(sum(inside) / len(inside))
+                    path_per_round[name].append(sum(seconds) / len(seconds))
+                    matched_by[name] = matched
+            prompt_tokens = sum(len(prompt) for prompt, _ in requests)
+            cell = {
+                "eagle": eagle,
+                "capacity": capacity_name,
+                "same_prefix_lengths": all(m == matched_by[BASELINE] for m in matched_by.values()),
+                "hit_rate": sum(matched_by[BASELINE]) / prompt_tokens,
+                "implementations": {},
+            }
+            for name, times in per_round.items():
+                ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
+                path_times = path_per_round[name]
+                path_ratios = [b / t for b, t in zip(path_per_round[BASELINE], path_times)]
+                cell["implementations"][name] = {
+                    "us_per_request": statistics.median(times) * 1e6,
+                    "speedup": statistics.median(ratios),
+                    "speedup_min": min(ratios),
+                    "speedup_max": max(ratios),
+                    "path_us_per_request": statistics.median(path_times) * 1e6,
+                    "path_speedup": statistics.median(path_ratios),
+                }
+            cells.append(cell)
+            print_cell(cell)
+    return cells
+
+
+def print_cell(cell: dict) -> None:
+    mode = "EAGLE" if cell["eagle"] else "plain"
+    print(f"\n{mode}, capacity {cell['capacity']}: hit rate {cell['hit_rate']:.1%}", flush=True)
+    print(f"  {'':<18} {'in the cache':>29}  {'scheduler path':>24}")
+    for name, v in cell["implementations"].items():
+        spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
+        inside = f"{v['us_per_request']:>7.1f} us {v['speedup']:>5.2f}x {spread}"
+        path = f"{v['path_us_per_request']:>7.1f} us {v['path_speedup']:>5.2f}x"
+        print(f"  {name:<18} {inside:>29}  {path:>24}", flush=True)
+
+
+def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
+    found = []
+    for cell in cells:
+        where = f"{'EAGLE' if cell['eagle'] else 'plain'}, {cell['capacity']}"
+        found.append((f"{where}: same prefix length for every request", cell["same_prefix_lengths"]))
+        results = cell["implementations"]
+        for name, minimum in TARGETS.items():
+            if minimum is not None:
+                got = results[name]["speedup"]
+                found.append((f"{where}: {name} {got:.2f}x vs {BASELINE} (target >= {minimum}x)", got >= minimum))
+        ours, theirs = results["radix native"]["us_per_request"], results[NOT_SLOWER_THAN]["us_per_request"]
+        found.append(
+            (f"{where}: radix native not slower than {NOT_SLOWER_THAN} ({theirs / ours:.2f}x)", ours <= theirs)
+        )
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", default=str(DEFAULT_TRACE), help="a Mooncake-format JSONL trace")
+    parser.add_argument("--requests", type=int, default=300, help="replay the first N requests")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chunk", type=int, default=8192, help="chunked-prefill size in tokens")
+    parser.add_argument("--check", action="store_true", help="exit non-zero on a mismatch or a missed target")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    radix_sglang_adapter.activate()
+    status = radix_core.backend()
+    print(f"SGLang {importlib.metadata.version('sglang')}, radix-core {radix_core.__version__} ({status.reason})")
+    print(
+        f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    )
+    if status.active != "native":
+        print("radix-native is not in use: the native column would be the pure one", file=sys.stderr)
+        return 1
+    trace = read_trace(args.trace, args.requests)
+    expander = TokenExpander()
+    requests = [(expander.prompt(r), expander.output(i, r)) for i, r in enumerate(trace)]
+    tokens = sum(len(p) + len(o) for p, o in requests)
+    print(f"{Path(args.trace).name}: first {len(requests)} requests, {tokens:,} tokens, chunk {args.chunk}")
+    with sh.published_server_args() as server_args:
+        # Import-time objects and the requests are frozen, so that a full collection (which any
+        # cache may trigger) does not rescan them; the collector is otherwise on.
+        gc.collect()
+        gc.freeze()
+        cells = measure(server_args, requests, args.rounds, args.chunk)
+        gc.unfreeze()
+    print()
+    found = verdicts(cells)
+    for text, ok in found:
+        print(("PASS " if ok else "MISS ") + text)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"cells": cells, "targets": [{"target": t, "met": ok} for t, ok in found]}, indent=2)
+        )
+    return 1 if args.check and not all(ok for _, ok in found) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
