@@ -202,17 +202,21 @@ def test_known_paths_and_split_points_leave_the_tree_plain_walks_leave(
     assert tree_state(caches[0]) == tree_state(caches[1])
 
 
-def test_a_value_built_for_the_tree_is_kept_without_a_copy(backend_name):
+def test_without_copies_the_tree_keeps_the_value_and_a_window_of_at_least_half_the_tokens(backend_name):
     torch = pytest.importorskip("torch")
     cache = RadixCache()
     cache.insert([1, 2], torch.tensor([10, 20]))
+    request = array("q", [1, 2, 3, 4])
     made_for_the_tree = torch.tensor([30, 40])
-    leaf = cache.insert([1, 2, 3, 4], made_for_the_tree, value_offset=2, copy_value=False).last_node
-    assert leaf.value.data_ptr() == made_for_the_tree.data_ptr()
+    leaf = cache.insert(RadixKey(request), made_for_the_tree, value_offset=2, copy=False).last_node
+    assert leaf.value.data_ptr() == made_for_the_tree.data_ptr() and leaf.key._tokens is request
+    long_request = array("q", [1, 2, 7, 8, 9])
+    leaf = cache.insert(RadixKey(long_request, limit=3), torch.tensor([70]), value_offset=2, copy=False).last_node
+    assert leaf.key._tokens is not long_request, "a window of under half of its array is copied"
     copied = torch.tensor([50])
     assert cache.insert([1, 2, 5], copied, value_offset=2).last_node.value.data_ptr() != copied.data_ptr()
     assert cache.match_prefix([1, 2, 3, 4]).indices.tolist() == [10, 20, 30, 40]
-    check_invariants(cache)
+    check_invariants(cache, keys_may_share=True)
 
 
 def test_split_points_fall_on_pages():

@@ -176,7 +176,7 @@ class RadixCache:
         inserted_len: int = 0,
         value_offset: int = 0,
         known_path: TreeNode | None = None,
-        copy_value: bool = True,
+        copy: bool = True,
         split_at: int | None = None,
     ) -> InsertResult:
         """Cache ``key`` with one value item per token of ``key``; returns how many units were
@@ -194,9 +194,11 @@ class RadixCache:
         and has held a lock since); the walk follows it without comparing those units again.
 
         Like SGLang's, the tree keeps the key's ``array('q')`` itself (no copy) when the new node
-        covers all of it: do not modify that array after inserting it. Values are copied, unless
-        ``copy_value`` is False: then the tree keeps a slice of ``value`` itself (a view, for
-        tensors and ndarrays), for a caller that built ``value`` for the tree and leaves it alone.
+        covers all of it: do not modify that array after inserting it. Otherwise what the tree
+        keeps are copies, unless ``copy`` is False: then a new node keeps a slice of ``value``
+        itself (a view, for tensors and ndarrays) and a window over the key's array when that
+        window is at least half of it (so the array is never more than twice what the tree
+        uses): for a caller that built ``value`` for the tree and only ever appends to the array.
         ``split_at``: a unit (a whole page) inside the part this insert adds where a next insert
         will end (SGLang's prompt boundary): the new part is stored as two nodes there, the tree
         such an insert would leave, without cutting one node in two.
@@ -244,10 +246,11 @@ class RadixCache:
             # Made lowest first, as a later split of one node would make them; linked top down.
             pieces = []
             for start, stop in reversed(list(zip(bounds, bounds[1:]))):
-                piece_key = key[start:stop]
+                piece_key = key._units(start, stop)
                 first, last = start - value_offset, stop - value_offset
-                piece_value = kind.cut(value, first, last) if copy_value else value[first:last]
-                piece = TreeNode(piece_key.compact(), piece_value, None, priority)  # type: ignore[union-attr]
+                shared = not copy and 2 * piece_key.raw_length >= len(piece_key._tokens)
+                piece_value = kind.cut(value, first, last) if copy else value[first:last]
+                piece = TreeNode(piece_key if shared else piece_key.compact(), piece_value, None, priority)
                 piece.hit_count = 1 if units > inserted_len else 0
                 pieces.append((piece_key, piece))
             for piece_key, piece in reversed(pieces):
@@ -440,11 +443,11 @@ class RadixCache:
         page = self.page_size
         kind: ValueKind = self._value_kind  # type: ignore[assignment]
         parent: TreeNode = child.parent  # type: ignore[assignment]
-        upper = TreeNode(child.key[:at].compact(), kind.cut(child.value, 0, at), parent, child.priority)  # type: ignore[union-attr]
+        upper = TreeNode(child.key._units(0, at).compact(), kind.cut(child.value, 0, at), parent, child.priority)
         upper.hit_count = child.hit_count
         upper.lock_ref = child.lock_ref
         parent.children[child.key.child_key(page)] = upper
-        child.key = child.key[at:].compact()  # type: ignore[union-attr]
+        child.key = child.key._units(at, len(child.key)).compact()
         child.value = kind.cut(child.value, at, len(child.value))
         child.parent = upper
         upper.children[child.key.child_key(page)] = child

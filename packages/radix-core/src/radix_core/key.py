@@ -130,11 +130,7 @@ class RadixKey:
             start, stop, step = index.indices(len(self))
             if step != 1:
                 raise ValueError("RadixKey slices must have step 1")
-            stop = max(start, stop)
-            raw_stop = stop + 1 if self.is_bigram and stop > start else stop
-            return RadixKey._window(
-                self._tokens, self._start + start, self._start + raw_stop, self.extra_key, self.is_bigram
-            )
+            return self._units(start, max(start, stop))
         length = len(self)
         i = operator.index(index)
         if i < 0:
@@ -145,6 +141,14 @@ class RadixKey:
         if self.is_bigram:
             return (self._tokens[position], self._tokens[position + 1])
         return self._tokens[position]
+
+    def _units(self, start: int, stop: int) -> RadixKey:
+        """``self[start:stop]`` for ``0 <= start <= stop <= len(self)``, unchecked (the cache
+        knows its bounds and makes one of these per new or split node)."""
+        raw_stop = stop + 1 if self.is_bigram and stop > start else stop
+        return RadixKey._window(
+            self._tokens, self._start + start, self._start + raw_stop, self.extra_key, self.is_bigram
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RadixKey):

@@ -131,7 +131,7 @@ class RadixCoreCache(RadixCache):
             inserted_len=kv.cache_inserted_len,
             value_offset=protected,
             known_path=req.last_node,
-            copy_value=False,  # a fresh conversion, made for the tree
+            copy=False,  # values: a fresh conversion made for the tree; tokens: SGLang only appends
             split_at=prompt_len if split_prompt else None,
         )
         kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
