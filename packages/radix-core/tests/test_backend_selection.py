@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from radix_core import BACKEND_ENV, SGLANG_KILL_SWITCH_ENV
-from radix_core._backend import NATIVE_KERNEL_ABI
+from radix_core._backend import NATIVE_KERNEL_ABI, VERIFY_ENV
+from radix_core.testing import expected_backend
 
 # A stand-in radix_native; each test appends definitions that make it misbehave its own way.
 FAKE_NATIVE = f"""
@@ -46,7 +48,7 @@ REPORT = "import radix_core; s = radix_core.backend(); print(s.active, '|', s.re
 
 
 def run_child(code: str, tmp_path: Path, fake_native: str | None = None, **env: str) -> subprocess.CompletedProcess:
-    child_env = {k: v for k, v in os.environ.items() if k not in (BACKEND_ENV, SGLANG_KILL_SWITCH_ENV)}
+    child_env = {k: v for k, v in os.environ.items() if k not in (BACKEND_ENV, SGLANG_KILL_SWITCH_ENV, VERIFY_ENV)}
     child_env.update(env)
     if fake_native is not None:
         package = tmp_path / "fake" / "radix_native"
@@ -225,3 +227,146 @@ def test_concurrent_failures_warn_once_and_every_call_gets_the_right_answer(tmp_
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "python"]
     assert len(warnings_in(result)) == 1
+
+
+# ----- RADIX_CORE_VERIFY: a share of native answers checked against the reference ---------------
+
+WRONG_AFTER_LOAD = """
+_loaded_convert = convert_to_bigram_key
+def convert_to_bigram_key(tokens):
+    result = _loaded_convert(tokens)
+    if isinstance(result, list) and len(tokens) > 4:
+        result[0] = ("wrong", "answer")
+    return result
+"""
+
+
+@pytest.mark.parametrize("value", ["lots", "-0.1", "1.5", "nan", "1/100"])
+def test_unknown_verify_values_fail_at_import(tmp_path, value):
+    result = run_child(REPORT, tmp_path, RADIX_CORE_VERIFY=value)
+    assert result.returncode != 0 and "RADIX_CORE_VERIFY" in result.stderr and "from 0 to 1" in result.stderr
+
+
+def test_a_wrong_answer_is_caught_by_verification_and_switches_once(tmp_path):
+    code = """
+    import radix_core
+    answers = [radix_core.convert_to_bigram_key([1, 2, 3, 4, 5]) for _ in range(4)]
+    print(answers[0][0], answers[1][0], answers[2][0], answers[3][0])
+    print(radix_core.backend().active, radix_core.backend().reason)
+    """
+    result = run_child(code, tmp_path, fake_native=WRONG_AFTER_LOAD, RADIX_CORE_VERIFY="0.5")
+    assert result.returncode == 0, result.stderr
+    first, status = result.stdout.splitlines()
+    assert first == "('wrong', 'answer') (1, 2) (1, 2) (1, 2)", (
+        "the second call is checked: its answer is the reference's"
+    )
+    assert status.startswith(
+        "python native convert_to_bigram_key answered differently from the reference for (list[5])"
+    )
+    (warning,) = warnings_in(result)
+    assert "RADIX_CORE_VERIFY" in warning and "wrong" not in warning, "the log gives the input's shape, not its content"
+
+
+def test_without_verification_nothing_is_compared(tmp_path):
+    code = """
+    import radix_core
+    print(radix_core.convert_to_bigram_key([1, 2, 3, 4, 5])[0], radix_core.backend().active)
+    """
+    result = run_child(code, tmp_path, fake_native=WRONG_AFTER_LOAD, RADIX_CORE_VERIFY="0")
+    assert result.stdout.split() == ["('wrong',", "'answer')", "native"]
+
+
+def test_a_native_out_of_memory_is_no_broken_kernel(tmp_path):
+    code = """
+    import radix_core
+    print(radix_core.convert_to_bigram_key([1, 2, 3, 4, 5]), radix_core.backend().active)
+    """
+    fake = """
+def convert_to_bigram_key(tokens, _loaded=convert_to_bigram_key):
+    if len(tokens) > 4:
+        raise MemoryError()
+    return _loaded(tokens)
+"""
+    result = run_child(code, tmp_path, fake_native=fake)
+    assert result.stdout.split() == ["[(1,", "2),", "(2,", "3),", "(3,", "4),", "(4,", "5)]", "native"]
+    assert warnings_in(result) == []
+
+
+# ----- the real kernels in hostile surroundings (native sessions) ------------------------------
+
+needs_native = pytest.mark.skipif(
+    importlib.util.find_spec("radix_native") is None and expected_backend() != "native",
+    reason="radix-native is not installed in this session",
+)
+
+
+@needs_native
+def test_finalizers_that_grow_the_list_cannot_interrupt_a_conversion(tmp_path):
+    code = """
+    import gc, radix_core
+    tokens = list(range(40_000))
+    class Appender:
+        def __del__(self):
+            tokens.append(-1)
+    for _ in range(2000):  # garbage only the cyclic GC frees, whose finalizers grow `tokens`
+        a = Appender(); a.cycle = a
+    before = list(tokens)
+    result = radix_core.convert_to_bigram_key(tokens)
+    print(result == radix_core.python_convert_to_bigram_key(before), radix_core.backend().active)
+    """
+    result = run_child(code, tmp_path)
+    assert result.stdout.split() == ["True", "native"], result.stderr
+
+
+DAEMONS_AT_EXIT = """
+import threading, radix_core
+class Index:
+    def __init__(self, value): self.value = value
+    def __index__(self): return self.value
+items = [Index(i) for i in range(300)] if {python_items} else list(range(300))
+def spin():
+    while True:
+        radix_core.pack_bigram_keys(items)
+        radix_core.convert_to_bigram_key(list(range(300)))
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+"""
+
+
+@needs_native
+def test_daemon_threads_inside_the_kernels_at_interpreter_exit_never_crash():
+    """CPython ends daemon threads with pthread_exit when they wake after shutdown; the kernels
+    run no Python code and hold nothing a C++ unwind would release without the GIL. 100 exits,
+    none may crash or hang (the kernels before this gave hangs and segfaults)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one_exit(run: int) -> int | str:
+        code = DAEMONS_AT_EXIT.format(python_items=run % 2 == 0)
+        try:
+            return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30).returncode
+        except subprocess.TimeoutExpired:
+            return "hung"
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(one_exit, range(100)))
+    assert outcomes == [0] * 100
+
+
+SUBINTERPRETER = """
+import sys
+interpreters = __import__("_interpreters" if sys.version_info >= (3, 13) else "_xxsubinterpreters")
+child = interpreters.create()
+code = "import radix_core; print('in a subinterpreter:', radix_core.backend().active)"
+try:
+    interpreters.run_string(child, code)
+except Exception as exc:
+    print("refused:", exc)
+print("main:", __import__("radix_core").backend().active)
+"""
+
+
+@needs_native
+@pytest.mark.parametrize(("requested", "answer"), [("auto", "in a subinterpreter: python"), ("native", "refused:")])
+def test_a_subinterpreter_gets_an_answer_at_once(tmp_path, requested, answer):
+    result = run_child(SUBINTERPRETER, tmp_path, RADIX_CORE_BACKEND=requested)
+    assert answer in result.stdout and "main: native" in result.stdout, result.stdout + result.stderr

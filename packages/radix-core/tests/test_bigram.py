@@ -279,3 +279,16 @@ def test_pack_does_not_leak_on_success_or_error(backend_name):
         with pytest.raises(ValueError):
             pack_bigram_keys(tokens + [1], out=too_short)
         too_short.append(0)  # BufferError if a failed call kept its buffer exported
+
+
+def test_keyword_calls_keep_the_backend(backend_name):
+    """A valid call with the documented keywords never switches a process off native (the
+    backend_name fixture checks that after the test)."""
+    assert convert_to_bigram_key(tokens=[1, 2, 3]) == [(1, 2), (2, 3)]
+    out = array("q", [0, 0])
+    assert pack_bigram_keys(tokens=[1, 2, 3], out=out) is out and out.tolist() == [(1 << 32) | 2, (2 << 32) | 3]
+    assert pack_bigram_keys([1, 2], out=None).tolist() == [(1 << 32) | 2]
+    with pytest.raises(TypeError):
+        convert_to_bigram_key(tokens=[1, 2], extra=1)
+    with pytest.raises(TypeError):
+        convert_to_bigram_key([1, 2], tokens=[1, 2])

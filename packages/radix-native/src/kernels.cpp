@@ -4,8 +4,16 @@
 // A kernel answers NotImplemented for inputs it does not handle, so that the dispatcher in
 // radix_core runs the reference instead (that is not a failure of the native backend).
 //
-// The hot kernel (convert_to_bigram_key) is a raw METH_O function added to the pybind11 module:
-// pybind11's argument machinery costs more than the whole conversion of a short prompt.
+// Two rules keep a kernel from ever being the reason a process leaves native, or crashes:
+// - A kernel runs no Python code. It reads exact ints only (anything else, whose __index__ or
+//   __class__ could run code or lie, goes to the reference), and pauses the cyclic GC while it
+//   builds objects, so no finalizer can change its input half-way. What it computes is a
+//   function of its input as it was when called, exactly like the reference.
+// - No C++ object with a destructor holds Python state. CPython ends a daemon thread that wakes
+//   up after interpreter shutdown with pthread_exit, which unwinds the thread's C++ frames and
+//   runs their destructors without the GIL; plain C-style cleanup leaves nothing to run.
+// The kernels are raw METH_O / METH_FASTCALL functions added to the pybind11 module, which is
+// only its container: pybind11's argument machinery costs more than a short conversion.
 
 #include <pybind11/pybind11.h>
 
@@ -19,15 +27,21 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever a kernel's signature or contract changes; radix_core refuses other values.
-constexpr int kKernelAbi = 2;
+constexpr int kKernelAbi = 3;
 
-constexpr long long kPackedTokenLimit = 1LL << 31;
+constexpr int64_t kPackedTokenLimit = int64_t{1} << 31;
 
-// Above this many pairs the result list is hidden from the cyclic GC while it is filled. Tracked, a
-// long list is rescanned by every generation-1 collection its own tuple allocations trigger (one per
-// ~7000 allocations), which grows with the square of its length; a short one is cheaper to leave
-// tracked (it is scanned young, once or twice). Measured crossover: between 32k and 64k pairs.
-constexpr Py_ssize_t kHideListAbove = 1 << 15;
+// array('q', [0]), made at import: repeated to allocate a packed result without running Python.
+PyObject* g_one_zero_int64 = nullptr;
+// array.array, a heap type whose buffer export is C (see exports_without_python).
+PyTypeObject* g_array_type = nullptr;
+
+// Whether getting `obj`'s buffer runs only C code: a static type's does, and array.array's; a
+// class statement's may not (Python 3.12's __buffer__), and such a class could change the input.
+bool exports_without_python(PyObject* obj) {
+    PyTypeObject* type = Py_TYPE(obj);
+    return type == g_array_type || !PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE);
+}
 
 // Mirrors CPython's own rule for tuples it may stop tracking: a tuple whose items can never be part
 // of a reference cycle need not be scanned by the cyclic GC. CPython untracks such tuples lazily,
@@ -46,43 +60,34 @@ inline bool may_be_gc_tracked(PyObject* item) {
 }
 
 // [t0, t1, t2] -> [(t0, t1), (t1, t2)] for an exact list or tuple, reusing the item objects.
-// Same contract as radix_core.bigram.python_convert_to_bigram_key.
+// Same contract as radix_core.bigram.python_convert_to_bigram_key, which decides whenever the
+// first item is neither an exact int nor a tuple (isinstance may consult a spoofed __class__).
 PyObject* convert_to_bigram_key(PyObject* /*module*/, PyObject* tokens) {
-    const bool is_list = PyList_CheckExact(tokens);
-    if (!is_list && !PyTuple_CheckExact(tokens)) {
+    if (!PyList_CheckExact(tokens) && !PyTuple_CheckExact(tokens)) {
         Py_RETURN_NOTIMPLEMENTED;
     }
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(tokens);
-    if (n > 0 && PyTuple_Check(PySequence_Fast_GET_ITEM(tokens, 0))) {
+    if (n == 0) {
+        return PyList_New(0);
+    }
+    PyObject* const head = PySequence_Fast_GET_ITEM(tokens, 0);
+    if (PyTuple_Check(head)) {
         Py_INCREF(tokens);
         return tokens;
+    }
+    if (!PyLong_CheckExact(head)) {
+        Py_RETURN_NOTIMPLEMENTED;
     }
     if (n < 2) {
         return PyList_New(0);
     }
-    const Py_ssize_t pairs = n - 1;
-    PyObject* result = PyList_New(pairs);
-    if (result == nullptr) {
-        return nullptr;
-    }
-    // Hidden or not, the result is tracked as usual before anyone else can see it.
-    const bool hidden = pairs > kHideListAbove;
-    if (hidden) {
-        PyObject_GC_UnTrack(result);
-    }
-    for (Py_ssize_t i = 0; i < pairs; ++i) {
+    const int gc_was_enabled = PyGC_Disable();  // nothing else may run while `tokens` is read
+    PyObject* result = PyList_New(n - 1);
+    for (Py_ssize_t i = 0; result != nullptr && i < n - 1; ++i) {
         PyObject* pair = PyTuple_New(2);
-        // A collection triggered by that allocation may run finalizers that resize the input list.
-        if (pair == nullptr || PySequence_Fast_GET_SIZE(tokens) != n) {
-            if (pair != nullptr) {
-                Py_DECREF(pair);
-                PyErr_SetString(PyExc_RuntimeError, "token list changed size during bigram conversion");
-            }
-            if (hidden) {
-                PyObject_GC_Track(result);
-            }
-            Py_DECREF(result);
-            return nullptr;
+        if (pair == nullptr) {
+            Py_CLEAR(result);
+            break;
         }
         PyObject* first = PySequence_Fast_GET_ITEM(tokens, i);
         PyObject* second = PySequence_Fast_GET_ITEM(tokens, i + 1);
@@ -95,13 +100,13 @@ PyObject* convert_to_bigram_key(PyObject* /*module*/, PyObject* tokens) {
         }
         PyList_SET_ITEM(result, i, pair);
     }
-    if (hidden) {
-        PyObject_GC_Track(result);
+    if (gc_was_enabled) {
+        PyGC_Enable();
     }
     return result;
 }
 
-// Same accepted formats as radix_core.bigram._TOKEN_BUFFER_FORMATS.
+// The accepted token buffer formats, as radix_core.bigram._TOKEN_BUFFER_FORMATS.
 bool is_token_buffer_format(const char* format, Py_ssize_t itemsize) {
     if (format == nullptr) {
         return false;
@@ -117,205 +122,188 @@ bool is_token_buffer_format(const char* format, Py_ssize_t itemsize) {
            (code == 'i' && itemsize == 4);
 }
 
-[[noreturn]] void raise_token_out_of_range() {
-    throw py::value_error("token ids must be in [0, 2**31) to be packed into int64 bigram keys");
+bool is_int64_buffer(const Py_buffer& view) {
+    return view.ndim == 1 && view.itemsize == 8 && is_token_buffer_format(view.format, 8);
 }
 
-inline int64_t checked_token(long long value) {
-    if (value < 0 || value >= kPackedTokenLimit) {
-        raise_token_out_of_range();
-    }
-    return value;
+PyObject* raise_token_out_of_range() {
+    PyErr_SetString(PyExc_ValueError, "token ids must be in [0, 2**31) to be packed into int64 bigram keys");
+    return nullptr;
 }
 
-// Reads one token id from a Python object with the reference's rules: any object with __index__.
-int64_t token_from_object(PyObject* item) {
-    int overflow = 0;
-    long long value;
-    if (PyLong_Check(item)) {
-        value = PyLong_AsLongLongAndOverflow(item, &overflow);
-    } else {
-        PyObject* index = PyNumber_Index(item);
-        if (index == nullptr) {
-            throw py::error_already_set();
-        }
-        value = PyLong_AsLongLongAndOverflow(index, &overflow);
-        Py_DECREF(index);
-    }
-    if (overflow != 0) {
-        raise_token_out_of_range();
-    }
-    if (value == -1 && PyErr_Occurred()) {
-        throw py::error_already_set();
-    }
-    return checked_token(value);
+// The bytes [lo, hi) a 1-D buffer's items span (strides may be negative).
+void item_span(const Py_buffer& view, Py_ssize_t count, const char** lo, const char** hi) {
+    const char* base = static_cast<const char*>(view.buf);
+    const Py_ssize_t stride = view.strides != nullptr ? view.strides[0] : view.itemsize;
+    const Py_ssize_t reach = count > 0 ? (count - 1) * stride : 0;
+    *lo = reach < 0 ? base + reach : base;
+    *hi = (reach < 0 ? base : base + reach) + view.itemsize;
 }
 
-// A Py_buffer released on every path out of the scope that acquired it.
-class ScopedBuffer {
-  public:
-    ScopedBuffer() = default;
-    ScopedBuffer(const ScopedBuffer&) = delete;
-    ScopedBuffer& operator=(const ScopedBuffer&) = delete;
-    ~ScopedBuffer() {
-        if (held_) {
-            PyBuffer_Release(&view_);
-        }
-    }
-    // False, with the Python error set, when `obj` cannot export such a buffer.
-    bool acquire(PyObject* obj, int flags) {
-        held_ = PyObject_GetBuffer(obj, &view_, flags) == 0;
-        return held_;
-    }
-    const Py_buffer& view() const { return view_; }
+bool overlaps(const char* lo_a, const char* hi_a, const char* lo_b, const char* hi_b) {
+    return lo_a < hi_b && lo_b < hi_a;
+}
 
-  private:
-    Py_buffer view_{};
-    bool held_ = false;
-};
+// (first << 32) | second in unsigned arithmetic: defined for any ids, out-of-range ones included
+// (the callers reject those); the bits are the same for ids in [0, 2**31).
+inline int64_t pack(int64_t first, int64_t second) {
+    return static_cast<int64_t>((static_cast<uint64_t>(first) << 32) | static_cast<uint64_t>(second));
+}
 
-// Writable int64 storage for `count` packed keys: the caller's `out`, or a new array('q').
-class PackedOutput {
-  public:
-    PackedOutput(py::object out, Py_ssize_t count) {
-        if (out.is_none()) {
-            // Leaked on purpose: a static py::object would be destroyed after the interpreter.
-            static PyObject* const zero =
-                py::module_::import("array").attr("array")("q", py::make_tuple(0)).release().ptr();
-            owner_ = py::reinterpret_steal<py::object>(PySequence_Repeat(zero, count));
-            if (!owner_) {
-                throw py::error_already_set();
-            }
-        } else {
-            owner_ = std::move(out);
-        }
-        if (!buffer_.acquire(owner_.ptr(), PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
-            PyErr_Clear();
-            throw py::type_error("out must be a writable, contiguous, 1-D int64 buffer");
-        }
-        const Py_buffer& view = buffer_.view();
-        if (view.ndim != 1 || view.itemsize != 8 || !is_token_buffer_format(view.format, 8)) {
-            throw py::type_error("out must be a writable, contiguous, 1-D int64 buffer");
-        }
-        if (view.len / 8 < count) {
-            throw py::value_error("out is too short for the packed bigram keys");
-        }
-    }
-    int64_t* data() { return static_cast<int64_t*>(buffer_.view().buf); }
-    const py::object& owner() const { return owner_; }
-
-  private:
-    py::object owner_;
-    ScopedBuffer buffer_;  // declared after owner_: released before the owner is dropped
-};
-
-inline int64_t pack(int64_t first, int64_t second) { return (first << 32) | second; }
+inline bool in_packed_range(int64_t id) { return (static_cast<uint64_t>(id) >> 31) == 0; }
 
 template <typename Int>
-inline Int load(const char* base, Py_ssize_t i, Py_ssize_t stride) {
+inline int64_t load(const char* base, Py_ssize_t i, Py_ssize_t stride) {
     Int value;
     std::memcpy(&value, base + i * stride, sizeof value);
     return value;
 }
 
 // Packs `count` ids read from a 1-D buffer into dst[0 .. count-1); false if any id is out of range
-// (dst is then partly written). An id is out of range iff any bit from bit 31 up is set (negative
-// ids included): a shift and an OR per id, no branch, so the contiguous loop vectorizes with SSE2.
+// (dst is then partly written, as the reference allows on error). Unsigned arithmetic throughout,
+// so an out-of-range id is no undefined behaviour; it is caught by OR-ing every id's bits from
+// bit 31 up (negatives too): no branch, so the contiguous loop vectorizes.
 template <typename Int>
-bool pack_buffer(const void* data, Py_ssize_t count, Py_ssize_t stride, int64_t* dst) {
-    static_assert(kPackedTokenLimit == (1LL << 31), "the range check below assumes 31-bit ids");
-    const char* base = static_cast<const char*>(data);
+inline uint64_t pack_run(const char* base, Py_ssize_t count, Py_ssize_t stride, int64_t* dst) {
     uint64_t high_bits = 0;
-    if (count > 0) {
-        high_bits |= static_cast<uint64_t>(static_cast<int64_t>(load<Int>(base, count - 1, stride))) >> 31;
+    for (Py_ssize_t i = 0; i + 1 < count; ++i) {
+        const int64_t first = load<Int>(base, i, stride);
+        high_bits |= static_cast<uint64_t>(first) >> 31;
+        dst[i] = pack(first, load<Int>(base, i + 1, stride));
     }
-    if (stride == static_cast<Py_ssize_t>(sizeof(Int))) {
-        for (Py_ssize_t i = 0; i + 1 < count; ++i) {
-            const int64_t first = load<Int>(base, i, sizeof(Int));
-            high_bits |= static_cast<uint64_t>(first) >> 31;
-            dst[i] = pack(first, load<Int>(base, i + 1, sizeof(Int)));
-        }
-    } else {
-        for (Py_ssize_t i = 0; i + 1 < count; ++i) {
-            const int64_t first = load<Int>(base, i, stride);
-            high_bits |= static_cast<uint64_t>(first) >> 31;
-            dst[i] = pack(first, load<Int>(base, i + 1, stride));
-        }
+    return high_bits;
+}
+
+template <typename Int>
+bool pack_buffer(const char* base, Py_ssize_t count, Py_ssize_t stride, int64_t* dst) {
+    if (count == 0) {
+        return true;
     }
+    uint64_t high_bits = static_cast<uint64_t>(load<Int>(base, count - 1, stride)) >> 31;
+    high_bits |= stride == static_cast<Py_ssize_t>(sizeof(Int)) ? pack_run<Int>(base, count, sizeof(Int), dst)
+                                                                 : pack_run<Int>(base, count, stride, dst);
     return high_bits == 0;
 }
 
-// (t[i] << 32) | t[i + 1] for every adjacent pair; NotImplemented for inputs the reference must decide.
-py::object pack_bigram_keys(py::handle tokens, py::object out) {
-    if (PyList_CheckExact(tokens.ptr()) || PyTuple_CheckExact(tokens.ptr())) {
-        PyObject* seq = tokens.ptr();
-        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-        const Py_ssize_t pairs = n > 1 ? n - 1 : 0;
-        PackedOutput output(std::move(out), pairs);
-        int64_t* dst = output.data();
-        if (n > 0) {
-            int64_t previous = token_from_object(PySequence_Fast_GET_ITEM(seq, 0));
-            for (Py_ssize_t i = 1; i < n; ++i) {
-                // __index__ of an item may run Python code that shrinks the list.
-                if (PySequence_Fast_GET_SIZE(seq) != n) {
-                    throw py::value_error("token list changed size while packing bigram keys");
-                }
-                const int64_t current = token_from_object(PySequence_Fast_GET_ITEM(seq, i));
-                dst[i - 1] = pack(previous, current);
-                previous = current;
-            }
+// Writable int64 storage for `count` keys: the caller's `out` (a writable, C-contiguous 1-D int64
+// buffer not overlapping [avoid_lo, avoid_hi)) or a new array('q'). Returns a new reference to the
+// object to return with `*view` held, nullptr with an error set, or Py_NotImplemented (new
+// reference, nothing held) when the reference must decide.
+PyObject* packed_output(PyObject* out, Py_ssize_t count, Py_buffer* view, const char* avoid_lo, const char* avoid_hi) {
+    PyObject* owner;
+    if (out == nullptr || out == Py_None) {
+        owner = PySequence_Repeat(g_one_zero_int64, count);
+        if (owner == nullptr) {
+            return nullptr;
         }
-        return output.owner();
+    } else {
+        if (!exports_without_python(out)) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        owner = out;
+        Py_INCREF(owner);
     }
-    if (!PyObject_CheckBuffer(tokens.ptr())) {
-        return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-    }
-    ScopedBuffer in;
-    if (!in.acquire(tokens.ptr(), PyBUF_FORMAT | PyBUF_STRIDES)) {
+    if (PyObject_GetBuffer(owner, view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
         PyErr_Clear();
-        return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+        Py_DECREF(owner);
+        Py_RETURN_NOTIMPLEMENTED;
     }
-    const Py_buffer& buffer = in.view();
-    if (buffer.ndim != 1 || !is_token_buffer_format(buffer.format, buffer.itemsize)) {
-        return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    const char* lo = static_cast<const char*>(view->buf);
+    if (!is_int64_buffer(*view) || view->len / 8 < count || overlaps(lo, lo + view->len, avoid_lo, avoid_hi)) {
+        PyBuffer_Release(view);
+        Py_DECREF(owner);
+        Py_RETURN_NOTIMPLEMENTED;
     }
-    const Py_ssize_t count = buffer.shape[0];
-    PackedOutput output(std::move(out), count > 1 ? count - 1 : 0);
-    const bool in_range = buffer.itemsize == 8
-                              ? pack_buffer<int64_t>(buffer.buf, count, buffer.strides[0], output.data())
-                              : pack_buffer<int32_t>(buffer.buf, count, buffer.strides[0], output.data());
-    if (!in_range) {
-        raise_token_out_of_range();
-    }
-    return output.owner();
+    return owner;
 }
 
-// Borrowed int64 storage of a 1-D contiguous buffer (array('q'), numpy int64), or nullptr with
-// no error set when `obj` is not one.
-class Int64Buffer {
-  public:
-    explicit Int64Buffer(PyObject* obj) {
-        if (!PyObject_CheckBuffer(obj)) {
-            return;
+PyObject* pack_tokens(PyObject* tokens, PyObject* out);
+
+// pack_bigram_keys(tokens, out=None), positional (radix_core binds keywords): (t[i] << 32) | t[i+1].
+// Lists and tuples of exact ints, and 1-D int64/int32 buffers, natively; the rest, and an `out`
+// the kernel cannot write safely (overlapping the input, say), by the reference, before anything
+// is written. On a range error `out` is partly written, as the reference allows. The cyclic GC is
+// paused: allocating the result must not let a finalizer change `tokens`.
+PyObject* pack_bigram_keys(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    const int gc_was_enabled = PyGC_Disable();
+    PyObject* result = pack_tokens(args[0], nargs == 2 ? args[1] : nullptr);
+    if (gc_was_enabled) {
+        PyGC_Enable();
+    }
+    return result;
+}
+
+PyObject* pack_tokens(PyObject* tokens, PyObject* out) {
+    Py_buffer dst_view;
+    if (PyList_CheckExact(tokens) || PyTuple_CheckExact(tokens)) {
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(tokens);
+        PyObject* owner = packed_output(out, n > 1 ? n - 1 : 0, &dst_view, nullptr, nullptr);
+        if (owner == nullptr || owner == Py_NotImplemented) {
+            return owner;
         }
-        if (!buffer_.acquire(obj, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) {
-            PyErr_Clear();
-            return;
+        int64_t* dst = static_cast<int64_t*>(dst_view.buf);
+        PyObject* failed = nullptr;  // NotImplemented, or nullptr with an error set, or stays nullptr
+        bool ok = true;
+        int64_t previous = 0;
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* item = PySequence_Fast_GET_ITEM(tokens, i);
+            if (!PyLong_CheckExact(item)) {  // its __index__ could run code: the reference decides
+                failed = Py_NewRef(Py_NotImplemented);
+                ok = false;
+                break;
+            }
+            int overflow = 0;
+            const long long id = PyLong_AsLongLongAndOverflow(item, &overflow);
+            if (overflow != 0 || !in_packed_range(id)) {
+                raise_token_out_of_range();
+                ok = false;
+                break;
+            }
+            if (i > 0) {
+                dst[i - 1] = pack(previous, id);
+            }
+            previous = id;
         }
-        const Py_buffer& view = buffer_.view();
-        if (view.ndim == 1 && view.itemsize == 8 && is_token_buffer_format(view.format, 8)) {
-            data_ = static_cast<const int64_t*>(view.buf);
-            length_ = view.len / 8;
+        PyBuffer_Release(&dst_view);
+        if (!ok) {
+            Py_DECREF(owner);
+            return failed;
+        }
+        return owner;
+    }
+    if (!PyObject_CheckBuffer(tokens) || !exports_without_python(tokens)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_buffer src;
+    if (PyObject_GetBuffer(tokens, &src, PyBUF_FORMAT | PyBUF_STRIDES) != 0) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (src.ndim != 1 || !is_token_buffer_format(src.format, src.itemsize)) {
+        PyBuffer_Release(&src);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    const Py_ssize_t count = src.shape[0];
+    const Py_ssize_t stride = src.strides[0];
+    const char* base = static_cast<const char*>(src.buf);
+    const char *lo, *hi;
+    item_span(src, count, &lo, &hi);
+    PyObject* owner = packed_output(out, count > 1 ? count - 1 : 0, &dst_view, lo, hi);
+    if (owner != nullptr && owner != Py_NotImplemented) {
+        int64_t* dst = static_cast<int64_t*>(dst_view.buf);
+        const bool in_range = src.itemsize == 8 ? pack_buffer<int64_t>(base, count, stride, dst)
+                                                : pack_buffer<int32_t>(base, count, stride, dst);
+        PyBuffer_Release(&dst_view);
+        if (!in_range) {
+            Py_SETREF(owner, raise_token_out_of_range());
         }
     }
-    const int64_t* data() const { return data_; }
-    Py_ssize_t length() const { return length_; }
-
-  private:
-    ScopedBuffer buffer_;
-    const int64_t* data_ = nullptr;
-    Py_ssize_t length_ = 0;
-};
+    PyBuffer_Release(&src);
+    return owner;
+}
 
 Py_ssize_t first_difference(const int64_t* a, const int64_t* b, Py_ssize_t length) {
     // memcmp over blocks finds the differing block fast; a scan then finds the element.
@@ -330,52 +318,83 @@ Py_ssize_t first_difference(const int64_t* a, const int64_t* b, Py_ssize_t lengt
     return i;
 }
 
+// An index argument as the reference reads it (operator.index); a value outside Py_ssize_t is
+// outside every buffer, so it becomes -1, which the range check turns into the reference's IndexError.
+bool read_index(PyObject* arg, Py_ssize_t* value) {
+    PyObject* index = PyNumber_Index(arg);
+    if (index == nullptr) {
+        return false;
+    }
+    *value = PyLong_AsSsize_t(index);
+    Py_DECREF(index);
+    if (*value == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return false;
+        }
+        PyErr_Clear();
+    }
+    return true;
+}
+
 // common_prefix_length(a, a_start, b, b_start, length): how many of the `length` items from
 // a[a_start:] and b[b_start:] agree before the first difference. Same contract as
-// radix_core.key.python_common_prefix_length; NotImplemented unless both are int64 buffers.
+// radix_core.key.python_common_prefix_length; NotImplemented unless both are 1-D contiguous int64
+// buffers. The indices are read first, so the buffers seen are the ones compared.
 PyObject* common_prefix_length(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "common_prefix_length expected 5 arguments, got %zd", nargs);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_ssize_t a_start, b_start, length;
+    if (!read_index(args[1], &a_start) || !read_index(args[3], &b_start) || !read_index(args[4], &length)) {
         return nullptr;
     }
-    Py_ssize_t offsets[3];
-    const int offset_args[3] = {1, 3, 4};
-    for (int k = 0; k < 3; ++k) {
-        offsets[k] = PyNumber_AsSsize_t(args[offset_args[k]], PyExc_OverflowError);
-        if (offsets[k] == -1 && PyErr_Occurred()) {
-            return nullptr;
-        }
-    }
-    const Py_ssize_t a_start = offsets[0], b_start = offsets[1], length = offsets[2];
-    try {
-        Int64Buffer a(args[0]);
-        Int64Buffer b(args[2]);
-        if (a.data() == nullptr || b.data() == nullptr) {
+    Py_buffer a, b;
+    for (PyObject* tokens : {args[0], args[2]}) {
+        if (!PyObject_CheckBuffer(tokens) || !exports_without_python(tokens)) {
             Py_RETURN_NOTIMPLEMENTED;
         }
-        if (a_start < 0 || b_start < 0 || length < 0 || length > a.length() - a_start ||
-            length > b.length() - b_start) {
-            PyErr_SetString(PyExc_IndexError, "common_prefix_length range is outside a token buffer");
-            return nullptr;
-        }
-        return PyLong_FromSsize_t(first_difference(a.data() + a_start, b.data() + b_start, length));
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-        return nullptr;
     }
+    if (PyObject_GetBuffer(args[0], &a, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (PyObject_GetBuffer(args[2], &b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&a);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject* result;
+    if (!is_int64_buffer(a) || !is_int64_buffer(b)) {
+        result = Py_NewRef(Py_NotImplemented);
+    } else if (a_start < 0 || b_start < 0 || length < 0 || length > a.len / 8 - a_start ||
+               length > b.len / 8 - b_start) {
+        PyErr_SetString(PyExc_IndexError, "common_prefix_length range is outside a token buffer");
+        result = nullptr;
+    } else {
+        const int64_t* a_items = static_cast<const int64_t*>(a.buf) + a_start;
+        const int64_t* b_items = static_cast<const int64_t*>(b.buf) + b_start;
+        result = PyLong_FromSsize_t(first_difference(a_items, b_items, length));
+    }
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&a);
+    return result;
 }
 
 PyMethodDef raw_methods[] = {
     {"convert_to_bigram_key", convert_to_bigram_key, METH_O,
      "convert_to_bigram_key(tokens)\n--\n\n"
      "[t0, t1, t2] -> [(t0, t1), (t1, t2)] for an exact list or tuple (NotImplemented otherwise)."},
+    {"pack_bigram_keys", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pack_bigram_keys)),
+     METH_FASTCALL,
+     "pack_bigram_keys(tokens, out=None, /)\n--\n\n"
+     "(t[i] << 32) | t[i + 1] for adjacent token ids in [0, 2**31) from a list or tuple of ints or "
+     "an int64/int32 buffer, into `out` (an int64 buffer) or a new array('q')."},
     {"common_prefix_length", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(common_prefix_length)),
      METH_FASTCALL,
-     "common_prefix_length(a, a_start, b, b_start, length)\n--\n\n"
+     "common_prefix_length(a, a_start, b, b_start, length, /)\n--\n\n"
      "Items of a[a_start:] and b[b_start:] that agree before the first difference, among `length`."},
     {nullptr, nullptr, 0, nullptr},
 };
-
 
 }  // namespace
 
@@ -383,10 +402,10 @@ PYBIND11_MODULE(_kernels, m) {
     m.doc() = "radix-native kernels; use them through radix_core, which checks KERNEL_ABI first.";
     m.attr("__version__") = RADIX_NATIVE_VERSION;
     m.attr("KERNEL_ABI") = kKernelAbi;
+    py::object array_type = py::module_::import("array").attr("array");
+    g_one_zero_int64 = array_type("q", py::make_tuple(0)).release().ptr();  // kept for the process's life
+    g_array_type = reinterpret_cast<PyTypeObject*>(array_type.release().ptr());
     if (PyModule_AddFunctions(m.ptr(), raw_methods) != 0) {
         throw py::error_already_set();
     }
-    m.def("pack_bigram_keys", &pack_bigram_keys, py::arg("tokens"), py::arg("out") = py::none(),
-          "(t[i] << 32) | t[i + 1] for adjacent token ids in [0, 2**31) from a list, tuple or "
-          "int64/int32 buffer, into `out` (an int64 buffer) or a new array('q').");
 }

@@ -29,3 +29,50 @@ def test_bigram_kernel_leaves_subclasses_to_the_reference():
 @pytest.mark.parametrize("tokens", [range(3), iter([1, 2]), array("d", [1.0]), array("h", [1, 2]), b"ab", None])
 def test_pack_kernel_leaves_other_inputs_to_the_reference(tokens):
     assert radix_native.pack_bigram_keys(tokens) is NotImplemented
+
+
+class _Index:
+    def __index__(self):
+        return 1
+
+
+class _SpoofedTuple:
+    @property  # type: ignore[misc]
+    def __class__(self):
+        return tuple
+
+
+@pytest.mark.parametrize("tokens", [[True, 2], [_SpoofedTuple(), 1], [_Index(), 1], [2.0, 1]])
+def test_bigram_kernel_reads_only_exact_int_or_tuple_heads(tokens):
+    """isinstance(tokens[0], tuple) may run code or be spoofed: those first items go to the reference."""
+    assert radix_native.convert_to_bigram_key(tokens) is NotImplemented
+
+
+@pytest.mark.parametrize("tokens", [[1, _Index()], (1, True)])
+def test_pack_kernel_reads_only_exact_ints(tokens):
+    assert radix_native.pack_bigram_keys(tokens) is NotImplemented
+
+
+@pytest.mark.parametrize("tokens", [[1, 2**70], [-1, 2], (2**31, 0)])
+def test_pack_kernel_rejects_ids_outside_31_bits(tokens):
+    with pytest.raises(ValueError, match="token ids must be in"):
+        radix_native.pack_bigram_keys(tokens)
+
+
+def test_kernels_take_positional_arguments_only():
+    """radix_core's dispatcher binds keywords to positions before calling a kernel."""
+    with pytest.raises(TypeError):
+        radix_native.pack_bigram_keys(tokens=[1, 2])
+    assert radix_native.pack_bigram_keys([1, 2], None).tolist() == [(1 << 32) | 2]
+
+
+def test_pack_leaves_an_out_that_overlaps_its_input_to_the_reference():
+    tokens = array("q", [1, 2, 3, 4])
+    view = memoryview(tokens)
+    assert radix_native.pack_bigram_keys(view, view[1:]) is NotImplemented
+    assert tokens.tolist() == [1, 2, 3, 4], "nothing written"
+
+
+def test_common_prefix_length_of_an_index_too_large_is_the_reference_index_error():
+    with pytest.raises(IndexError):
+        radix_native.common_prefix_length(array("q", [1]), 2**70, array("q", [1]), 0, 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import logging
 import os
 import threading
@@ -25,11 +26,13 @@ BACKEND_ENV = "RADIX_CORE_BACKEND"
 BACKEND_CHOICES = ("auto", "python", "native")
 # SGLang's own switch for bisecting the bigram path; we honour it as "force python".
 SGLANG_KILL_SWITCH_ENV = "SGLANG_DISABLE_TAI_BIGRAM"
+# The share of native calls also run on the reference and compared (canary deployments).
+VERIFY_ENV = "RADIX_CORE_VERIFY"
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("", "0", "false", "no", "off")
 
 # The radix-native kernel contract this radix-core release was written against.
-NATIVE_KERNEL_ABI = 2
+NATIVE_KERNEL_ABI = 3
 
 BackendName = Literal["python", "native"]
 RequestedBackend = Literal["auto", "python", "native"]
@@ -73,6 +76,24 @@ def sglang_kill_switch(environ: Mapping[str, str] = os.environ) -> bool:
     if word in _FALSE_WORDS:
         return False
     raise BackendConfigError(f"{SGLANG_KILL_SWITCH_ENV}={raw!r} is not a boolean; use 1/true/yes/on or 0/false/no/off")
+
+
+def verify_fraction(environ: Mapping[str, str] = os.environ) -> float:
+    """The share of native calls RADIX_CORE_VERIFY asks to check against the reference (0: none);
+    raises BackendConfigError unless it is a number from 0 to 1."""
+    raw = environ.get(VERIFY_ENV, "")
+    try:
+        fraction = float(raw) if raw.strip() else 0.0
+    except ValueError:
+        fraction = -1.0
+    if not 0.0 <= fraction <= 1.0:  # NaN fails this too
+        raise BackendConfigError(f"{VERIFY_ENV}={raw!r} is not a share of calls; use a number from 0 to 1, e.g. 0.01")
+    return fraction
+
+
+def _stride(fraction: float) -> int:
+    """Check every n-th native call for a share ``fraction`` of them (0: never)."""
+    return 0 if fraction == 0 else max(1, round(1 / fraction))
 
 
 def _self_test(kernels: ModuleType) -> None:
@@ -127,6 +148,10 @@ def _choose() -> tuple[ModuleType | None, BackendStatus]:
 # The native module while it is trusted, else None. Read on every dispatch, written only under _lock.
 native_kernels, _status = _choose()
 _lock = threading.Lock()
+# Every _verify_stride-th native call is also run on the reference (0: none); the countdown is
+# shared by all kernels and threads, so the share is approximate under concurrency.
+_verify_stride = _stride(verify_fraction())
+_calls_to_verify = _verify_stride
 
 
 def backend() -> BackendStatus:
@@ -134,14 +159,14 @@ def backend() -> BackendStatus:
     return _status
 
 
-def _native_failed(kernel: str, error: BaseException) -> None:
+def _native_failed(kernel: str, reason: str) -> None:
     """Switch the whole process to Python for good; only the first failure is logged."""
     global native_kernels, _status
     with _lock:
         if native_kernels is None:
             return
         native_kernels = None
-        reason = f"native {kernel} raised {type(error).__name__}: {error}"
+        reason = f"native {kernel} {reason}"
         _status = dataclasses.replace(_status, active="python", reason=reason)
     logger.warning("%s; radix_core uses the Python reference from now on", reason)
 
@@ -159,35 +184,137 @@ def python_reference_only() -> Iterator[None]:
         native_kernels = saved
 
 
+@contextlib.contextmanager
+def verifying(fraction: float) -> Iterator[None]:
+    """Check a share of native calls against the reference within a block, as RADIX_CORE_VERIFY
+    does for a process (tests and benchmarks). The countdown to the next check goes on across
+    blocks, so that many short blocks check their share too."""
+    global _verify_stride, _calls_to_verify
+    saved = _verify_stride
+    _verify_stride = _stride(fraction)
+    _calls_to_verify = min(_calls_to_verify, _verify_stride) or _verify_stride
+    try:
+        yield
+    finally:
+        _verify_stride = saved
+
+
+def _observed(result: Any) -> Any:
+    """What a result shows, kept before the reference runs: the reference writes into the same
+    ``out`` buffer, so a buffer's bytes are copied (with its type)."""
+    if isinstance(result, (list, tuple, int)):
+        return result
+    try:
+        with memoryview(result) as view:
+            return type(result), view.tobytes()
+    except TypeError:
+        return result
+
+
+def _same(native: Any, reference: Any) -> bool:
+    """Equal and of the same type, pairs holding the very same item objects."""
+    try:
+        if type(native) is not type(reference) or native != reference:
+            return False
+        if type(native) is list:
+            return all(x is y for pair, expected in zip(native, reference) for x, y in zip(pair, expected))
+        return True
+    except Exception:  # a wrong answer holding items whose __eq__ raises is still a wrong answer
+        return False
+
+
+def _describe(args: tuple[Any, ...]) -> str:
+    """An input's shape for a log line (never its content)."""
+    shapes = []
+    for arg in args:
+        size = len(arg) if hasattr(arg, "__len__") else None
+        shapes.append(type(arg).__name__ + (f"[{size}]" if size is not None else ""))
+    return ", ".join(shapes)
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def dispatching(kernel: str) -> Callable[[F], F]:
     """Make a Python reference function run the native kernel of the same contract when trusted.
 
-    The native kernel may answer NotImplemented for inputs it leaves to the reference. If it raises,
-    the reference runs: when the reference raises too, the input was bad and its error is the
-    answer; when it succeeds, the native kernel is at fault and the process switches to Python.
+    Only a broken kernel may switch the process to Python; an odd call or input never does. The
+    kernels take positional arguments: keywords are bound to positions first (a call the
+    reference's signature rejects goes to the reference, which raises). A kernel answers
+    NotImplemented for inputs it leaves to the reference. If it raises, the reference runs: when
+    the reference raises too, the input was bad and its error is the answer; when it succeeds, the
+    kernel is at fault (unless it ran out of memory) and the process switches to Python. With
+    RADIX_CORE_VERIFY, a share of native answers is compared with the reference's, and a
+    difference switches too.
     """
 
     def decorate(reference: F) -> F:
+        as_positional = _binder(reference)
+
         @functools.wraps(reference)
         def dispatch(*args: Any, **kwargs: Any) -> Any:
+            global _calls_to_verify
             kernels = native_kernels
-            if kernels is not None:
+            if kernels is None:
+                return reference(*args, **kwargs)
+            positional = as_positional(args, kwargs) if kwargs else args
+            if positional is None:  # a call the reference's signature rejects: it raises
+                return reference(*args, **kwargs)
+            try:
+                result = getattr(kernels, kernel)(*positional)
+            except Exception as native_error:
                 try:
-                    result = getattr(kernels, kernel)(*args, **kwargs)
-                except Exception as native_error:
-                    try:
-                        result = reference(*args, **kwargs)
-                    except Exception as input_error:
-                        raise input_error from None
-                    _native_failed(kernel, native_error)
-                    return result
-                if result is not NotImplemented:
-                    return result
-            return reference(*args, **kwargs)
+                    result = reference(*args, **kwargs)
+                except Exception as input_error:
+                    raise input_error from None
+                if not isinstance(native_error, MemoryError):
+                    _native_failed(kernel, f"raised {type(native_error).__name__}: {native_error}")
+                return result
+            if result is NotImplemented:
+                return reference(*args, **kwargs)
+            if _verify_stride:
+                _calls_to_verify -= 1
+                if _calls_to_verify <= 0:
+                    _calls_to_verify = _verify_stride
+                    return _verified(kernel, reference, args, kwargs, result)
+            return result
 
         return dispatch  # type: ignore[return-value]
 
     return decorate
+
+
+def _binder(reference: Callable[..., Any]) -> Callable[[tuple, dict], tuple | None]:
+    """A function giving a call of ``reference`` as positional arguments (defaults filled in), or
+    None for a call its signature rejects. inspect.Signature.bind does this in microseconds; the
+    references have plain positional-or-keyword parameters, so a loop does it in a fraction."""
+    parameters = list(inspect.signature(reference).parameters.values())
+    names = [parameter.name for parameter in parameters]
+    defaults = [parameter.default for parameter in parameters]
+
+    def as_positional(args: tuple, kwargs: dict) -> tuple | None:
+        if len(args) > len(names):
+            return None
+        bound = list(args)
+        used = 0
+        for name, default in zip(names[len(args) :], defaults[len(args) :]):
+            if name in kwargs:
+                bound.append(kwargs[name])
+                used += 1
+            elif default is not inspect.Parameter.empty:
+                bound.append(default)
+            else:
+                return None
+        return tuple(bound) if used == len(kwargs) else None
+
+    return as_positional
+
+
+def _verified(kernel: str, reference: Callable[..., Any], args: tuple, kwargs: dict, result: Any) -> Any:
+    """The reference's answer for a call the native kernel answered with ``result``; a different
+    one switches the process to Python."""
+    native_view = _observed(result)
+    expected = reference(*args, **kwargs)
+    if not _same(native_view, _observed(expected)):
+        _native_failed(kernel, f"answered differently from the reference for ({_describe(args)}) ({VERIFY_ENV})")
+    return expected

@@ -112,6 +112,10 @@ class RadixCache:
     ``page_size``: keys and values are used in whole pages only. ``is_eagle``: keys are read as
     bigrams of their raw tokens (EAGLE speculative decoding), so ``n`` tokens cache ``n - 1``
     units. ``on_evict`` receives each evicted node's value (free it in your KV pool).
+
+    Threads: one writer at a time, as SGLang's scheduler uses its cache. Every method, matches
+    included (they split nodes and reorder eviction), changes the tree; callers that share a cache
+    between threads hold one lock around every call.
     """
 
     def __init__(

@@ -27,6 +27,7 @@ def python_common_prefix_length(a: Any, a_start: int, b: Any, b_start: int, leng
     difference, the reference: galloping then binary search over slice comparisons, so a long
     shared prefix costs O(log n) C-level compares instead of a per-token Python loop."""
     a_start, b_start, length = operator.index(a_start), operator.index(b_start), operator.index(length)
+    a, b = _whole_comparing(a), _whole_comparing(b)
     if a_start < 0 or b_start < 0 or length < 0 or length > len(a) - a_start or length > len(b) - b_start:
         raise IndexError("common_prefix_length range is outside a token buffer")
     lo, step = 0, 16
@@ -42,6 +43,17 @@ def python_common_prefix_length(a: Any, a_start: int, b: Any, b_start: int, leng
             return lo
         lo, step = hi, step * 2
     return length
+
+
+def _whole_comparing(tokens: Any) -> Any:
+    """``tokens`` as a sequence whose slices compare as a whole: a buffer other than array (a
+    numpy array compares item by item) is read through a memoryview."""
+    if type(tokens) in (array, list, tuple):
+        return tokens
+    try:
+        return memoryview(tokens)
+    except TypeError:
+        return tokens
 
 
 @dispatching("common_prefix_length")
