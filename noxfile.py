@@ -55,6 +55,51 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *suites, *session.posargs, env={"RADIX_EXPECT_BACKEND": expected})
 
 
+# AddressSanitizer and UndefinedBehaviorSanitizer, every report fatal.
+SANITIZERS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+SANITIZED_TESTS = [
+    f"{NATIVE}/tests",
+    *(f"{CORE}/tests/{name}" for name in ("test_bigram.py", "test_key.py", "test_hostile_inputs.py")),
+]
+
+
+@nox.session(name="tests-sanitizers")
+def tests_sanitizers(session: nox.Session) -> None:
+    """radix-native built with ASan and UBSan; its kernel tests and the differential fuzz through
+    radix_core run under them, and any report fails the session."""
+    session.install(CORE, *TEST_REQUIREMENTS)
+    session.install(
+        NATIVE,
+        "--config-settings=build-dir=build/sanitizers",  # never the release build's CMake cache
+        "--config-settings=cmake.build-type=RelWithDebInfo",
+        f"--config-settings=cmake.define.CMAKE_CXX_FLAGS={SANITIZERS}",
+        "--config-settings=cmake.define.CMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined",
+    )
+    # Located, not imported: without ASan loaded first the module refuses to load.
+    where = (
+        "import glob, os, importlib.util as u; "
+        "print(*glob.glob(os.path.join(os.path.dirname(u.find_spec('radix_native').origin), '_kernels*')))"
+    )
+    kernels = session.run("python", "-c", where, silent=True)
+    linked = session.run("ldd", kernels.strip(), silent=True, external=True)
+    if "libasan" not in linked or "libubsan" not in linked:
+        session.error(f"radix-native was not built with the sanitizers:\n{linked}")
+    # ASan must be loaded first, and libstdc++ with it, or every C++ throw aborts in its interceptor;
+    # PYTHONMALLOC=malloc puts Python's own objects under ASan too.
+    runtime = [
+        session.run("gcc", f"-print-file-name={lib}", silent=True, external=True).strip()
+        for lib in ("libasan.so", "libstdc++.so")
+    ]
+    env = {
+        "LD_PRELOAD": ":".join(runtime),
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",  # CPython does not free everything at exit
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+        "PYTHONMALLOC": "malloc",
+        "RADIX_EXPECT_BACKEND": "native",
+    }
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *SANITIZED_TESTS, *session.posargs, env=env)
+
+
 @nox.session(name="bench")
 def bench(session: nox.Session) -> None:
     """The main job: byte-exactness proof, then the interleaved speed table, targets checked."""
