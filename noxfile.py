@@ -25,6 +25,7 @@ ADAPTER = "./packages/radix-sglang-adapter"
 TEST_REQUIREMENTS = ["pytest==9.2.0", "hypothesis==6.170.17", "numpy==2.4.6"]
 # The local CPU build; any other pin (or none) pulls a multi-GB CUDA build.
 TORCH = "torch==2.13.0"
+MATPLOTLIB = "matplotlib==3.11.2"
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_external_run = True
@@ -45,9 +46,10 @@ def tests(session: nox.Session) -> None:
     """radix-core's tests without radix-native (-pure) or with it (-native).
 
     -pure asserts the Python reference is active; -native that the native kernels are (a missing
-    module fails). torch is in -native so the cache is also tested with SGLang's tensor values."""
+    module fails). torch is in -native so the cache is also tested with SGLang's tensor values,
+    and matplotlib (radix-core[plot]) so the replay's plot is drawn; -pure has neither."""
     if session.name == "tests-native":
-        session.install(f"{CORE}[native]", NATIVE, TORCH, *TEST_REQUIREMENTS)
+        session.install(f"{CORE}[native,plot]", NATIVE, TORCH, MATPLOTLIB, *TEST_REQUIREMENTS)
         suites, expected = [f"{CORE}/tests", f"{NATIVE}/tests"], "native"
     else:
         session.install(CORE, *TEST_REQUIREMENTS)
@@ -102,10 +104,12 @@ def tests_sanitizers(session: nox.Session) -> None:
 
 @nox.session(name="bench")
 def bench(session: nox.Session) -> None:
-    """The main job: byte-exactness proof, then the interleaved speed table, targets checked."""
+    """The main job: the bundled Mooncake trace replayed over a capacity sweep, pure vs native (the
+    same prefix length for every request, checked), then the bigram benchmark (byte-exactness,
+    then the interleaved speed table, targets checked; arguments go to it)."""
     session.install(f"{CORE}[native]", NATIVE)
-    args = session.posargs or ["--check"]
-    session.run("python", "benchmarks/benchmark_convert_to_bigram_key.py", *args)
+    session.run("python", "benchmarks/benchmark_replay.py", "--check")
+    session.run("python", "benchmarks/benchmark_convert_to_bigram_key.py", *(session.posargs or ["--check"]))
 
 
 # ----- SGLang on CPU ----------------------------------------------------------------------------
@@ -211,7 +215,7 @@ def bench_radix_cache(session: nox.Session) -> None:
     """radix-core (pure, native) vs SGLang 0.5.23's RadixCache on EAGLE workloads; writes the plot."""
     python = sglang_python(session, "0.5.23")
     install_radix(session, python, native=True)
-    session.run(python, "-m", "pip", "install", "--quiet", "matplotlib==3.11.2", external=True)
+    session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
     args = session.posargs or ["--check", "--plot", "docs/radix_cache_benchmark.png"]
     session.run(python, "-W", "ignore", "benchmarks/benchmark_radix_cache.py", *args, external=True)
 
