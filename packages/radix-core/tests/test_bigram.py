@@ -150,16 +150,19 @@ def test_repeated_calls_leave_reference_counts_unchanged(backend_name):
 
 
 def _traced_growth(call, repeats: int = 3000) -> int:
-    for _ in range(100):
-        call()
-    gc.collect()
+    """Bytes still allocated after the second of two equal runs of `repeats` calls: the first run
+    pays what is allocated once (caches, frames kept for reuse), so that only a leak shows in the
+    second."""
     tracemalloc.start()
     try:
-        start = tracemalloc.get_traced_memory()[0]
-        for _ in range(repeats):
-            call()
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] - start
+        for _run in range(2):
+            gc.collect()
+            start = tracemalloc.get_traced_memory()[0]
+            for _ in range(repeats):
+                call()
+            gc.collect()
+            growth = tracemalloc.get_traced_memory()[0] - start
+        return growth
     finally:
         tracemalloc.stop()
 
@@ -270,8 +273,11 @@ def test_pack_does_not_leak_on_success_or_error(backend_name):
     def succeed_and_fail():
         pack_bigram_keys(tokens)
         pack_bigram_keys(tokens, out=out)
-        with pytest.raises(ValueError):
+        try:  # not pytest.raises: on 3.10 the frames it keeps show up as a few KB of growth
             pack_bigram_keys(bad, out=out)
+        except ValueError:
+            return
+        raise AssertionError("a negative token id was accepted")
 
     assert _traced_growth(succeed_and_fail, repeats=1000) < 4096
     assert sys.getrefcount(out) == out_refs
