@@ -1,5 +1,6 @@
 """The raw kernel contract that radix_core's dispatcher relies on (tested through radix_core too)."""
 
+import importlib.metadata
 from array import array
 
 import pytest
@@ -76,3 +77,8 @@ def test_pack_leaves_an_out_that_overlaps_its_input_to_the_reference():
 def test_common_prefix_length_of_an_index_too_large_is_the_reference_index_error():
     with pytest.raises(IndexError):
         radix_native.common_prefix_length(array("q", [1]), 2**70, array("q", [1]), 0, 1)
+
+
+def test_pip_show_tells_the_kernel_abi():
+    summary = importlib.metadata.metadata("radix-native")["Summary"]
+    assert f"kernel ABI {radix_native.KERNEL_ABI}" in summary

@@ -1,0 +1,9 @@
+# Types of the compiled kernels (radix_native/src/kernels.cpp); call them through radix_core.
+from typing import Any
+
+__version__: str
+KERNEL_ABI: int
+
+def convert_to_bigram_key(tokens: Any, /) -> Any: ...
+def pack_bigram_keys(tokens: Any, out: Any = None, /) -> Any: ...
+def common_prefix_length(a: Any, a_start: Any, b: Any, b_start: Any, length: Any, /) -> Any: ...
