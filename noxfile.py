@@ -89,8 +89,8 @@ def tests_sanitizers(session: nox.Session) -> None:
     )
     # Located, not imported: without ASan loaded first the module refuses to load.
     where = (
-        "import glob, os, importlib.util as u; "
-        "print(*glob.glob(os.path.join(os.path.dirname(u.find_spec('radix_native').origin), '_kernels*')))"
+        "import importlib.machinery as m, importlib.util as u; "
+        "print(m.PathFinder.find_spec('_kernels', u.find_spec('radix_native').submodule_search_locations).origin)"
     )
     kernels = session.run("python", "-c", where, silent=True)
     linked = session.run("ldd", kernels.strip(), silent=True, external=True)
