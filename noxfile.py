@@ -71,7 +71,10 @@ def tests(session: nox.Session) -> None:
 SANITIZERS = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 SANITIZED_TESTS = [
     f"{NATIVE}/tests",
-    *(f"{CORE}/tests/{name}" for name in ("test_bigram.py", "test_key.py", "test_hostile_inputs.py")),
+    *(
+        f"{CORE}/tests/{name}"
+        for name in ("test_bigram.py", "test_key.py", "test_hostile_inputs.py", "test_descend.py")
+    ),
 ]
 
 
@@ -356,6 +359,17 @@ def bench_sglang_backend(session: nox.Session) -> None:
     install_radix(session, python, native=True)
     args = session.posargs or ["--check"]
     session.run(python, "-W", "ignore", "benchmarks/benchmark_sglang_backend.py", *args, external=True)
+
+
+@nox.session(name="bench-anchor", venv_backend="none")
+def bench_anchor(session: nox.Session) -> None:
+    """radix-core's tree (native, pure) vs SGLang 0.5.23's default cache (Rust TreeCore) and its
+    RadixCache, called directly on the Mooncake trace and multi-turn-100k; writes the plot."""
+    python = sglang_python(session, "0.5.23")
+    install_radix(session, python, native=True)
+    session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
+    args = session.posargs or ["--check", "--plot", "docs/anchor_benchmark.png"]
+    session.run(python, "-W", "ignore", "benchmarks/benchmark_anchor.py", *args, external=True)
 
 
 @nox.session(name="bench-sglang-path", venv_backend="none")

@@ -43,6 +43,24 @@ def common_prefix_length(a, a_start, b, b_start, length):
     while shared < length and a[a_start + shared] == b[b_start + shared]:
         shared += 1
     return shared
+
+def descend(node, key, position, page_size):  # plain keys, page 1: what the self-test walks
+    tokens = key._tokens[key._start : key._stop]
+    path, ends = [], []
+    while position < len(tokens):
+        first = tokens[position]
+        child = node.children.get(first if key.extra_key is None else (key.extra_key, first))
+        if child is None:
+            break
+        edge = child.key._tokens[child.key._start : child.key._stop]
+        shared = common_prefix_length(edge, 0, tokens, position, min(len(edge), len(tokens) - position))
+        position += shared
+        path.append(child)
+        ends.append(position)
+        if shared < len(edge):
+            break
+        node = child
+    return path, ends
 """
 
 REPORT = "import radix_core; s = radix_core.backend(); print(s.active, '|', s.requested, '|', s.reason)"

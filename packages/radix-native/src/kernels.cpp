@@ -18,6 +18,7 @@
 #include <pybind11/pybind11.h>
 
 #include <Python.h>
+#include <structmember.h>  // T_OBJECT_EX: how a __slots__ member is stored
 
 #include <cstdint>
 #include <cstring>
@@ -27,7 +28,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever a kernel's signature or contract changes; radix_core refuses other values.
-constexpr int kKernelAbi = 3;
+constexpr int kKernelAbi = 4;
 
 constexpr int64_t kPackedTokenLimit = int64_t{1} << 31;
 
@@ -380,6 +381,257 @@ PyObject* common_prefix_length(PyObject* /*module*/, PyObject* const* args, Py_s
     return result;
 }
 
+// ----- descend: one walk step after another down radix_core's tree, in one call ------------------
+
+// Where the attributes descend reads sit in instances of one class, learnt once per class: each must
+// be a __slots__ member (a member descriptor of the class, whose metaclass is `type`), so that
+// reading it is a load from the object and runs no Python code, exactly as getattr would find it.
+constexpr int kMaxSlots = 5;
+struct SlotLayout {
+    PyTypeObject* type;  // a strong reference, kept for the process's life once learnt
+    Py_ssize_t offsets[kMaxSlots];
+};
+const char* const kNodeSlots[] = {"children", "key"};  // radix_core.cache.TreeNode
+const char* const kKeySlots[] = {"_tokens", "_start", "_stop", "extra_key", "is_bigram"};  // RadixKey
+SlotLayout g_node_layout = {nullptr, {}};
+SlotLayout g_key_layout = {nullptr, {}};
+
+bool knows_layout(PyTypeObject* type, const char* const* names, int count, SlotLayout* layout) {
+    if (layout->type == type) {
+        return true;
+    }
+    if (!Py_IS_TYPE(reinterpret_cast<PyObject*>(type), &PyType_Type) || type->tp_getattro != PyObject_GenericGetAttr) {
+        return false;
+    }
+    Py_ssize_t offsets[kMaxSlots];
+    for (int i = 0; i < count; ++i) {
+        PyObject* found = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), names[i]);
+        if (found == nullptr) {
+            PyErr_Clear();
+            return false;
+        }
+        const bool is_slot = Py_IS_TYPE(found, &PyMemberDescr_Type) &&
+                             reinterpret_cast<PyMemberDescrObject*>(found)->d_member->type == T_OBJECT_EX;
+        if (is_slot) {
+            offsets[i] = reinterpret_cast<PyMemberDescrObject*>(found)->d_member->offset;
+        }
+        Py_DECREF(found);
+        if (!is_slot) {
+            return false;
+        }
+    }
+    Py_INCREF(type);  // the old type's reference is kept: releasing it could run a finalizer
+    layout->type = type;
+    std::memcpy(layout->offsets, offsets, sizeof offsets);
+    return true;
+}
+
+// The object in slot `index` (borrowed; nullptr when unset, where getattr would raise).
+inline PyObject* slot(PyObject* obj, const SlotLayout& layout, int index) {
+    return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + layout.offsets[index]);
+}
+
+// A namespace whose hash and equality are C code: None, an exact str, int or bytes, or a tuple of those.
+bool is_plain_namespace(PyObject* ns) {
+    auto plain = [](PyObject* item) {
+        return item == Py_None || PyUnicode_CheckExact(item) || PyLong_CheckExact(item) || PyBytes_CheckExact(item);
+    };
+    if (plain(ns)) {
+        return true;
+    }
+    if (!PyTuple_CheckExact(ns)) {
+        return false;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ns); ++i) {
+        if (!plain(PyTuple_GET_ITEM(ns, i))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// A RadixKey as descend reads it: its raw tokens [start, stop) of an array('q') it holds exported.
+struct KeyView {
+    Py_buffer buffer;
+    const int64_t* items;  // the first raw token of the key
+    Py_ssize_t raw;        // raw tokens
+    Py_ssize_t units;      // len(key): raw tokens, or bigrams
+    PyObject* extra_key;   // borrowed
+    bool is_bigram;
+};
+
+// 1: `view` holds the key's tokens (release them); 0: a key descend leaves to the reference.
+int read_key(PyObject* key, KeyView* view) {
+    if (!knows_layout(Py_TYPE(key), kKeySlots, 5, &g_key_layout)) {
+        return 0;
+    }
+    PyObject* tokens = slot(key, g_key_layout, 0);
+    PyObject* start = slot(key, g_key_layout, 1);
+    PyObject* stop = slot(key, g_key_layout, 2);
+    PyObject* extra_key = slot(key, g_key_layout, 3);
+    PyObject* is_bigram = slot(key, g_key_layout, 4);
+    if (tokens == nullptr || !Py_IS_TYPE(tokens, g_array_type) || start == nullptr || !PyLong_CheckExact(start) ||
+        stop == nullptr || !PyLong_CheckExact(stop) || extra_key == nullptr || !is_plain_namespace(extra_key) ||
+        (is_bigram != Py_True && is_bigram != Py_False)) {
+        return 0;
+    }
+    const Py_ssize_t first = PyLong_AsSsize_t(start);
+    const Py_ssize_t last = PyLong_AsSsize_t(stop);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyObject_GetBuffer(tokens, &view->buffer, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!is_int64_buffer(view->buffer) || first < 0 || first > last || last > view->buffer.len / 8) {
+        PyBuffer_Release(&view->buffer);
+        return 0;
+    }
+    view->items = static_cast<const int64_t*>(view->buffer.buf) + first;
+    view->raw = last - first;
+    view->is_bigram = is_bigram == Py_True;
+    view->units = view->is_bigram ? (view->raw > 1 ? view->raw - 1 : 0) : view->raw;
+    view->extra_key = extra_key;
+    return 1;
+}
+
+PyObject* new_pair(const int64_t* items) {
+    PyObject* first = PyLong_FromLongLong(items[0]);
+    PyObject* second = first == nullptr ? nullptr : PyLong_FromLongLong(items[1]);
+    PyObject* pair = second == nullptr ? nullptr : PyTuple_Pack(2, first, second);
+    Py_XDECREF(first);
+    Py_XDECREF(second);
+    return pair;
+}
+
+// RadixKey.child_key_at: the first `page` units from `items`, namespaced by `extra_key` unless None.
+PyObject* new_child_key(const int64_t* items, Py_ssize_t page, bool is_bigram, PyObject* extra_key) {
+    PyObject* plain;
+    if (page == 1) {
+        plain = is_bigram ? new_pair(items) : PyLong_FromLongLong(items[0]);
+    } else {
+        plain = PyTuple_New(page);
+        for (Py_ssize_t i = 0; plain != nullptr && i < page; ++i) {
+            PyObject* unit = is_bigram ? new_pair(items + i) : PyLong_FromLongLong(items[i]);
+            if (unit == nullptr) {
+                Py_CLEAR(plain);
+                break;
+            }
+            PyTuple_SET_ITEM(plain, i, unit);
+        }
+    }
+    if (plain == nullptr || extra_key == Py_None) {
+        return plain;
+    }
+    PyObject* namespaced = PyTuple_Pack(2, extra_key, plain);
+    Py_DECREF(plain);
+    return namespaced;
+}
+
+// How far the walk goes from `node` (already at unit `position` of `key`): appends each child it
+// enters to `path` and the key position after it to `ends`. Returns 1 when done, 0 for a tree or
+// key left to the reference, -1 with an exception set. Python code runs only if a dict lookup meets
+// another namespace's child key of a class with its own __eq__ (a hash collision); everything the
+// walk uses is held meanwhile, and the walk reads on from what it finds, as the reference would.
+int walk(PyObject* node, const KeyView& key, Py_ssize_t position, Py_ssize_t page, PyObject* path, PyObject* ends) {
+    while (position < key.units) {
+        if (key.raw - position < page + key.is_bigram) {
+            return 0;  // not a whole page left: the reference raises
+        }
+        PyObject* children = slot(node, g_node_layout, 0);
+        if (children == nullptr || !PyDict_CheckExact(children)) {
+            return 0;
+        }
+        PyObject* child_key = new_child_key(key.items + position, page, key.is_bigram, key.extra_key);
+        if (child_key == nullptr) {
+            return -1;
+        }
+        // The dict and the child are held: a hash collision with another namespace's child key may
+        // run that namespace's __eq__, which could replace them.
+        Py_INCREF(children);
+        PyObject* child = PyDict_GetItemWithError(children, child_key);  // borrowed
+        Py_DECREF(child_key);
+        if (child == nullptr) {
+            Py_DECREF(children);
+            return PyErr_Occurred() ? -1 : 1;
+        }
+        const int held = PyList_Append(path, child);
+        Py_DECREF(children);
+        if (held != 0) {
+            return -1;
+        }
+        if (!knows_layout(Py_TYPE(child), kNodeSlots, 2, &g_node_layout)) {
+            return 0;
+        }
+        PyObject* child_radix_key = slot(child, g_node_layout, 1);
+        KeyView edge;
+        if (child_radix_key == nullptr || read_key(child_radix_key, &edge) == 0) {
+            return 0;
+        }
+        // RadixKey._shared_units, with the edge's own reading of its tokens
+        const Py_ssize_t rest = key.raw - position;
+        Py_ssize_t shared = first_difference(edge.items, key.items + position, edge.raw < rest ? edge.raw : rest);
+        if (edge.is_bigram) {
+            shared = shared > 1 ? shared - 1 : 0;
+        }
+        shared -= shared % page;
+        const Py_ssize_t edge_units = edge.units;
+        PyBuffer_Release(&edge.buffer);
+        position += shared;
+        PyObject* end = PyLong_FromSsize_t(position);
+        if (end == nullptr || PyList_Append(ends, end) != 0) {
+            Py_XDECREF(end);
+            return -1;
+        }
+        Py_DECREF(end);
+        if (shared < edge_units) {
+            return 1;
+        }
+        node = child;  // `path` holds it
+    }
+    return 1;
+}
+
+// descend(node, key, position, page_size): radix_core.cache.python_descend, natively (see there).
+// NotImplemented for objects it does not know how to read without running Python code.
+PyObject* descend(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) ||
+        !knows_layout(Py_TYPE(args[0]), kNodeSlots, 2, &g_node_layout)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    const Py_ssize_t position = PyLong_AsSsize_t(args[2]);
+    const Py_ssize_t page = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    KeyView key;
+    if (position < 0 || page < 1 || read_key(args[1], &key) == 0) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    const int gc_was_enabled = PyGC_Disable();  // no finalizer may change the tree during the walk
+    PyObject* result = nullptr;
+    PyObject* path = PyList_New(0);
+    PyObject* ends = PyList_New(0);
+    if (path != nullptr && ends != nullptr) {
+        const int done = walk(args[0], key, position, page, path, ends);
+        if (done == 1) {
+            result = PyTuple_Pack(2, path, ends);
+        } else if (done == 0) {
+            result = Py_NewRef(Py_NotImplemented);
+        }
+    }
+    Py_XDECREF(path);
+    Py_XDECREF(ends);
+    PyBuffer_Release(&key.buffer);
+    if (gc_was_enabled) {
+        PyGC_Enable();
+    }
+    return result;
+}
+
 PyMethodDef raw_methods[] = {
     {"convert_to_bigram_key", convert_to_bigram_key, METH_O,
      "convert_to_bigram_key(tokens)\n--\n\n"
@@ -393,6 +645,9 @@ PyMethodDef raw_methods[] = {
      METH_FASTCALL,
      "common_prefix_length(a, a_start, b, b_start, length, /)\n--\n\n"
      "Items of a[a_start:] and b[b_start:] that agree before the first difference, among `length`."},
+    {"descend", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(descend)), METH_FASTCALL,
+     "descend(node, key, position, page_size, /)\n--\n\n"
+     "The children a walk of key[position:] enters below node, and the key position after each."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -82,3 +82,43 @@ def test_common_prefix_length_of_an_index_too_large_is_the_reference_index_error
 def test_pip_show_tells_the_kernel_abi():
     summary = importlib.metadata.metadata("radix-native")["Summary"]
     assert f"kernel ABI {radix_native.KERNEL_ABI}" in summary
+
+
+class _PropertyNode(radix_core.cache.TreeNode):
+    __slots__ = ()
+
+    @property  # type: ignore[misc]
+    def children(self):  # reading it would run Python code
+        return {}
+
+
+class _Namespace:
+    pass
+
+
+def _one_edge_tree(root: object, extra_key: object = None) -> object:
+    edge = radix_core.cache.TreeNode(radix_core.RadixKey([5, 6], extra_key), None, None)
+    root.children = {5 if extra_key is None else (extra_key, 5): edge}
+    return edge
+
+
+@pytest.mark.parametrize("case", ["no slots", "slot shadowed by a property", "namespace of Python objects"])
+def test_descend_leaves_objects_it_cannot_read_without_python_to_the_reference(case):
+    key = radix_core.RadixKey([5, 6, 7])
+    if case == "no slots":
+        root = type("Plain", (), {})()
+        _one_edge_tree(root)
+    elif case == "slot shadowed by a property":
+        root = object.__new__(_PropertyNode)
+    else:
+        namespace = _Namespace()
+        root = radix_core.cache.TreeNode(radix_core.RadixKey(), None, None)
+        _one_edge_tree(root, namespace)
+        key = radix_core.RadixKey([5, 6, 7], namespace)
+    assert radix_native.descend(root, key, 0, 1) is NotImplemented
+
+
+def test_descend_reads_a_tree_of_radix_core():
+    root = radix_core.cache.TreeNode(radix_core.RadixKey(), None, None)
+    edge = _one_edge_tree(root)
+    assert radix_native.descend(root, radix_core.RadixKey([5, 6, 7]), 0, 1) == ([edge], [2])

@@ -32,7 +32,7 @@ _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("", "0", "false", "no", "off")
 
 # The radix-native kernel contract this radix-core release was written against.
-NATIVE_KERNEL_ABI = 3
+NATIVE_KERNEL_ABI = 4
 
 BackendName = Literal["python", "native"]
 RequestedBackend = Literal["auto", "python", "native"]
@@ -108,6 +108,23 @@ def _self_test(kernels: ModuleType) -> None:
     shared = kernels.common_prefix_length(array("q", [5, 1, 2, 3]), 1, array("q", [1, 2, 4]), 0, 3)
     if shared != 2:
         raise RuntimeError(f"common_prefix_length self-test gave {shared!r}")
+    # A two-edge tree of stand-ins with the slots descend reads (radix_core.cache imports this module).
+    node_type = type("Node", (), {"__slots__": ("children", "key")})
+    key_type = type("Key", (), {"__slots__": ("_tokens", "_start", "_stop", "extra_key", "is_bigram")})
+
+    def node(children: dict, tokens: list[int]) -> Any:
+        made, key = node_type(), key_type()
+        key._tokens, key._start, key._stop = array("q", tokens), 0, len(tokens)
+        key.extra_key, key.is_bigram = "ns", False
+        made.children, made.key = children, key
+        return made
+
+    lower = node({}, [9, 4])
+    upper = node({("ns", 9): lower}, [7, 8])
+    root = node({("ns", 7): upper}, [])
+    walked = kernels.descend(root, node({}, [6, 7, 8, 9, 5]).key, 1, 1)
+    if walked != ([upper, lower], [3, 4]) or walked[0][0] is not upper:
+        raise RuntimeError(f"descend self-test gave {walked!r}")
 
 
 def _load_native() -> ModuleType:

@@ -17,10 +17,11 @@ from array import array
 from collections.abc import Callable, Hashable, Iterable
 from typing import IO, Any, NamedTuple
 
+from ._backend import dispatching
 from .key import RadixKey
 from .values import ValueKind, value_kind_of
 
-__all__ = ["EVICTION_POLICIES", "InsertResult", "MatchResult", "RadixCache", "TreeNode"]
+__all__ = ["EVICTION_POLICIES", "InsertResult", "MatchResult", "RadixCache", "TreeNode", "python_descend"]
 
 
 class TreeNode:
@@ -67,6 +68,33 @@ EVICTION_POLICIES: dict[str, Callable[[TreeNode], Any]] = {
     "filo": lambda node: -node.creation_time,
     "priority": lambda node: (node.priority, node.last_access_time),
 }
+
+
+def python_descend(node: TreeNode, key: RadixKey, position: int, page_size: int) -> tuple[list[TreeNode], list[int]]:
+    """The children a walk of ``key`` (page-aligned, standing at unit ``position``) enters below
+    ``node``, top down, and the key position after each; the reference. Every child but the last
+    matches whole; the walk stops inside the last where the key leaves it (the caller splits it
+    there), or after it where no child continues the key. Nothing in the tree changes."""
+    path, ends = [], []
+    units = len(key)
+    while position < units:
+        child = node.children.get(key.child_key_at(position, page_size))
+        if child is None:
+            break
+        shared = child.key._shared_units(key, position, page_size)  # same namespace: found by child key
+        position += shared
+        path.append(child)
+        ends.append(position)
+        if shared < len(child.key):
+            break
+        node = child
+    return path, ends
+
+
+@dispatching("descend")
+def descend(node: TreeNode, key: RadixKey, position: int, page_size: int) -> tuple[list[TreeNode], list[int]]:
+    """Same as :func:`python_descend`, in one native call when radix-native is in use."""
+    return python_descend(node, key, position, page_size)
 
 
 class MatchResult:
@@ -154,21 +182,18 @@ class RadixCache:
     def match_prefix(self, key: KeyLike) -> MatchResult:
         """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside one."""
         key = self._as_cache_key(key).page_aligned(self.page_size)
-        units = len(key)
         node = self.root_node
         access_time = time.monotonic()
         node.last_access_time = access_time
-        values = []
-        position = 0
-        while position < units:
-            child, shared = self._descend(node, key, position, access_time)
-            if child is None:
-                break
-            if not child.children:
-                self._reprioritize(child)
-            values.append(child.value)
-            position += shared
-            node = child
+        path, ends = descend(node, key, 0, self.page_size)
+        if not path:
+            return MatchResult(0, node, [], self._join)
+        self._enter(path, ends, 0, access_time)
+        node = path[-1]
+        if not node.children:
+            self._reprioritize(node)
+        values = [child.value for child in path]
+        position = ends[-1]
         return MatchResult(position, node, values, self._join)
 
     def insert(
@@ -232,13 +257,13 @@ class RadixCache:
         position = 0
         if known_path is not None:
             node, position = self._follow(known_path, units, access_time, priority, inserted_len)
-        while position < units:
-            child, shared = self._descend(node, key, position, access_time)
-            if child is None:
-                break
-            position += shared
-            self._pass_through(child, position, priority, inserted_len)
-            node = child
+        if position < units:
+            path, ends = descend(node, key, position, page)
+            if path:
+                self._enter(path, ends, position, access_time)
+                for child, end in zip(path, ends):
+                    self._pass_through(child, end, priority, inserted_len)
+                node, position = path[-1], ends[-1]
         if position < units:
             if position < value_offset:
                 raise ValueError(f"only {position} units are cached, but the value starts at unit {value_offset}")
@@ -396,22 +421,19 @@ class RadixCache:
             return array("q")
         return self._empty_value if kind.empty_is_shareable else kind.cut(self._empty_value, 0, 0)
 
-    def _descend(self, node: TreeNode, key: RadixKey, position: int, access_time: float) -> tuple[Any, int]:
-        """One step down the walk of ``key[position:]``: the child it continues into (split where
-        the shared part ends inside it) and the units they share; ``(None, 0)`` if none.
-
-        After a split the walk stops by itself: the unit after the shared part differs from the
-        split-off lower part's first unit, so no child key matches it."""
-        child = node.children.get(key.child_key_at(position, self.page_size))
-        if child is None:
-            return None, 0
-        child.last_access_time = access_time
-        shared = child.key._shared_units(key, position, self.page_size)  # same namespace: found by child key
-        if shared < len(child.key):
-            if not child.children:
-                self._reprioritize(child)  # the lower part keeps its children and got a new access time
-            child = self._split(child, shared)
-        return child, shared
+    def _enter(self, path: list[TreeNode], ends: list[int], position: int, access_time: float) -> None:
+        """What a walk does to the nodes :func:`descend` found, from key position ``position``:
+        marks them used; where the key leaves the last one inside, splits it there (replacing it
+        in ``path`` by the new upper node). No child continues past such a split: the unit after
+        the shared part differs from the split-off lower part's first unit."""
+        for child in path:
+            child.last_access_time = access_time
+        last = path[-1]
+        shared = ends[-1] - (ends[-2] if len(ends) > 1 else position)
+        if shared < len(last.key):
+            if not last.children:
+                self._reprioritize(last)  # the lower part keeps its children and got a new access time
+            path[-1] = self._split(last, shared)
 
     def _follow(
         self, known_path: TreeNode, units: int, access_time: float, priority: int, inserted_len: int
@@ -426,7 +448,7 @@ class RadixCache:
                 break
             end = position + len(child.key)
             child.last_access_time = access_time
-            if end > units:  # what _descend does when the shared part ends inside the child
+            if end > units:  # what _enter does when the key leaves the child inside
                 if not child.children:
                     self._reprioritize(child)
                 child, end = self._split(child, units - position), units

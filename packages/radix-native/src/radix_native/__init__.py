@@ -26,7 +26,15 @@ from ._kernels import (  # noqa: E402
     __version__,
     common_prefix_length,
     convert_to_bigram_key,
+    descend,
     pack_bigram_keys,
 )
 
-__all__ = ["KERNEL_ABI", "__version__", "common_prefix_length", "convert_to_bigram_key", "pack_bigram_keys"]
+__all__ = [
+    "KERNEL_ABI",
+    "__version__",
+    "common_prefix_length",
+    "convert_to_bigram_key",
+    "descend",
+    "pack_bigram_keys",
+]

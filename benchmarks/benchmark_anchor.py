@@ -1,0 +1,334 @@
+"""The anchor: radix-core's tree against SGLang 0.5.23's default serving cache, on real traffic.
+
+Per request, on each tree directly (no scheduler around it), timed: match the prompt and obtain
+the matched KV indices as one tensor (``path_device_indices`` for SGLang's caches), insert prompt +
+output with their KV indices (1-D int64 CPU tensors), then evict until at most the capacity is
+cached; each eviction frees through the same counting allocator. gc on, torch on 1 thread.
+
+Caches, each fresh per replay, in rotating order every round:
+- SGLang default: ``create_tree_cache()`` without flags: UnifiedRadixCache on its Rust TreeCore
+- SGLang RadixCache: SGLang's Python radix tree
+- radix-core native / pure: ``radix_core.RadixCache`` with and without radix-native
+
+Workloads: the first ``--requests`` of the bundled Mooncake synthetic trace, and multi-turn-100k
+(4 chats growing by 1.5k-3k tokens a turn to 100k tokens). Cells: EAGLE off and on x capacity
+unbounded, 1M and 200k tokens; LRU. Every cache must give every request the same prefix length
+(else the run fails). Ratios are medians of per-round ratios against SGLang's default.
+
+    python benchmarks/benchmark_anchor.py [--requests N] [--rounds R] [--check] [--json FILE] [--plot FILE.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
+
+import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
+
+sglang_cpu_shim.install()
+
+import torch  # noqa: E402
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache as SGLangRadixCache  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixKey as SGLangRadixKey  # noqa: E402
+from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
+
+import radix_core  # noqa: E402
+import scheduler_harness as sh  # noqa: E402
+from radix_core._backend import python_reference_only  # noqa: E402
+from radix_core.trace import TokenExpander, read_trace  # noqa: E402
+
+DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
+BASELINE = "SGLang default"
+CAPACITIES = {"unbounded": None, "1M": 1_000_000, "200k": 200_000}
+# implementation -> minimum speedup over SGLang's default cache, in every cell
+TARGETS = {"radix-core native": 5.0, "radix-core pure": 1.5}
+
+Request = tuple[array, array, torch.Tensor]  # prompt tokens, prompt + output tokens, their KV slots
+
+
+class CountingAllocator(TokenToKVPoolAllocator):
+    """SGLang's token-to-KV allocator as the caches see it; a free only counts the slots (all
+    values are made up front), so every cache pays the same small price per free."""
+
+    def clear(self) -> None:
+        self.freed = 0
+
+    def available_size(self) -> int:
+        return self.size
+
+    def free(self, free_index: torch.Tensor) -> None:
+        self.freed += free_index.numel()
+
+
+class SGLangTree:
+    """One of SGLang's caches behind the three calls a request makes."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+    def match(self, prompt: array) -> int:
+        cache = self.cache
+        result = cache.match_prefix(MatchPrefixParams(key=SGLangRadixKey(prompt)))
+        return len(cache.path_device_indices(result.last_device_node))
+
+    def insert(self, full: array, kv: torch.Tensor) -> None:
+        self.cache.insert(InsertParams(key=SGLangRadixKey(full), value=kv))
+
+    def evict_to(self, capacity: int) -> None:
+        excess = self.cache.evictable_size() + self.cache.protected_size() - capacity
+        if excess > 0:
+            self.cache.evict(EvictParams(num_tokens=excess))
+
+
+class RadixCoreTree:
+    def __init__(self, cache: radix_core.RadixCache):
+        self.cache = cache
+
+    def match(self, prompt: array) -> int:
+        return len(self.cache.match_prefix(radix_core.RadixKey(prompt)).indices)
+
+    def insert(self, full: array, kv: torch.Tensor) -> None:
+        self.cache.insert(radix_core.RadixKey(full), kv)
+
+    def evict_to(self, capacity: int) -> None:
+        excess = self.cache.evictable_size() + self.cache.protected_size() - capacity
+        if excess > 0:
+            self.cache.evict(excess)
+
+
+def sglang_default(server_args: Any, eagle: bool, allocator: CountingAllocator) -> SGLangTree:
+    cache = create_tree_cache(sh.build_context(server_args, sh.cache_params(None, allocator, 1, eagle, "lru")))
+    core = type(getattr(cache, "tree_core", None)).__name__
+    assert core.startswith("Rust"), f"SGLang's default cache runs {core}, not its Rust TreeCore"
+    return SGLangTree(cache)
+
+
+def sglang_radix(server_args: Any, eagle: bool, allocator: CountingAllocator) -> SGLangTree:
+    return SGLangTree(SGLangRadixCache(sh.cache_params(None, allocator, 1, eagle, "lru")))
+
+
+def radix_core_tree(server_args: Any, eagle: bool, allocator: CountingAllocator) -> RadixCoreTree:
+    return RadixCoreTree(radix_core.RadixCache(is_eagle=eagle, eviction_policy="lru", on_evict=allocator.free))
+
+
+IMPLEMENTATIONS: dict[str, Callable[[Any, bool, CountingAllocator], Any]] = {
+    BASELINE: sglang_default,
+    "SGLang RadixCache": sglang_radix,
+    "radix-core native": radix_core_tree,
+    "radix-core pure": radix_core_tree,
+}
+
+
+def replay(implementation: str, server_args: Any, stream: list[Request], eagle: bool, capacity: int | None):
+    """Seconds per request, each request's prefix length, and the slots freed by eviction."""
+    allocator = CountingAllocator(1 << 40, torch.float16, "cpu", None, False)
+    tree = IMPLEMENTATIONS[implementation](server_args, eagle, allocator)
+    clock = time.perf_counter
+    seconds, matched = [], []
+    for prompt, full, kv in stream:
+        start = clock()
+        found = tree.match(prompt)
+        tree.insert(full, kv)
+        if capacity is not None:
+            tree.evict_to(capacity)
+        seconds.append(clock() - start)
+        matched.append(found)
+    return seconds, matched, allocator.freed
+
+
+def run_one(implementation: str, *args: Any) -> tuple[list[float], list[int], int]:
+    if implementation == "radix-core pure":
+        with python_reference_only():
+            return replay(implementation, *args)
+    return replay(implementation, *args)
+
+
+def measure(workload: str, server_args: Any, stream: list[Request], rounds: int) -> list[dict]:
+    names = list(IMPLEMENTATIONS)
+    cells = []
+    for eagle in (False, True):
+        for capacity_name, capacity in CAPACITIES.items():
+            per_round: dict[str, list[float]] = {name: [] for name in names}
+            matched_by: dict[str, list[int]] = {}
+            freed_by: dict[str, int] = {}
+            for r in range(rounds):
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    gc.collect()
+                    seconds, matched, freed = run_one(name, server_args, stream, eagle, capacity)
+                    per_round[name].append(sum(seconds) / len(seconds))
+                    matched_by[name], freed_by[name] = matched, freed
+            prompt_units = sum(max(len(prompt) - eagle, 0) for prompt, _, _ in stream)
+            cell = {
+                "workload": workload,
+                "eagle": eagle,
+                "capacity": capacity_name,
+                "same_prefix_lengths": all(m == matched_by[BASELINE] for m in matched_by.values()),
+                "freed": freed_by,
+                "hit_rate": sum(matched_by[BASELINE]) / prompt_units,
+                "implementations": {},
+            }
+            for name, times in per_round.items():
+                ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
+                cell["implementations"][name] = {
+                    "us_per_request": statistics.median(times) * 1e6,
+                    "speedup": statistics.median(ratios),
+                    "speedup_min": min(ratios),
+                    "speedup_max": max(ratios),
+                }
+            cells.append(cell)
+            print_cell(cell)
+    return cells
+
+
+def cell_name(cell: dict) -> str:
+    return f"{cell['workload']}, {'EAGLE' if cell['eagle'] else 'plain'}, {cell['capacity']}"
+
+
+def print_cell(cell: dict) -> None:
+    print(f"\n{cell_name(cell)}: hit rate {cell['hit_rate']:.1%}", flush=True)
+    for name, v in cell["implementations"].items():
+        spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
+        print(f"  {name:<18} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}", flush=True)
+
+
+def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
+    found = []
+    for cell in cells:
+        where = cell_name(cell)
+        found.append((f"{where}: same prefix length for every request", cell["same_prefix_lengths"]))
+        for name, minimum in TARGETS.items():
+            got = cell["implementations"][name]["speedup"]
+            found.append((f"{where}: {name} {got:.2f}x vs {BASELINE} (target >= {minimum}x)", got >= minimum))
+    return found
+
+
+def trace_stream(path: str, requests: int) -> list[Request]:
+    expander = TokenExpander()
+    stream, slot = [], 0
+    for index, request in enumerate(read_trace(path, requests)):
+        prompt = expander.prompt(request)
+        full = prompt + expander.output(index, request)
+        stream.append((prompt, full, torch.arange(slot, slot + len(full), dtype=torch.int64)))
+        slot += len(full)
+    return stream
+
+
+def multi_turn_100k(seed: int) -> list[Request]:
+    rng = random.Random(seed)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(152_064) for _ in range(n)]
+
+    histories = [tokens(1024) for _ in range(4)]
+    stream, slot = [], 0
+    while any(len(history) < 100_000 for history in histories):
+        for chat, history in enumerate(histories):
+            if len(history) >= 100_000:
+                continue
+            prompt = history + tokens(rng.randrange(500, 2000))
+            full = prompt + tokens(rng.randrange(300, 1200))
+            stream.append((array("q", prompt), array("q", full), torch.arange(slot, slot + len(full))))
+            slot += len(full)
+            histories[chat] = full
+    return stream
+
+
+def plot(cells: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(IMPLEMENTATIONS)
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [cell["implementations"][name]["us_per_request"] for cell in cells]
+        bars = ax.bar([x + i * width for x in range(len(cells))], values, width, label=name)
+        for bar, cell in zip(bars, cells):
+            ax.annotate(
+                f"{cell['implementations'][name]['speedup']:.1f}x",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=6,
+            )
+    labels = [cell_name(cell).replace(", ", "\n", 1) for cell in cells]
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(cells))], labels, fontsize=7)
+    ax.set_ylabel("µs per request (match + indices + insert + evict)")
+    ax.set_yscale("log")
+    ax.set_title("Prefix tree per request vs SGLang 0.5.23's default cache (Rust TreeCore), CPU")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", default=str(DEFAULT_TRACE), help="a Mooncake-format JSONL trace")
+    parser.add_argument("--requests", type=int, default=2000, help="replay the first N requests of the trace")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the multi-turn-100k stream")
+    parser.add_argument("--workload", choices=("trace", "multi-turn-100k"), action="append")
+    parser.add_argument("--check", action="store_true", help="exit non-zero on a mismatch or a missed target")
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--plot", metavar="FILE.png")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    status = radix_core.backend()
+    print(f"SGLang {importlib.metadata.version('sglang')}, radix-core {radix_core.__version__} ({status.reason})")
+    print(
+        f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    )
+    if status.active != "native":
+        print("radix-native is not in use: the native column would be the pure one", file=sys.stderr)
+        return 1
+    workloads = {
+        "trace": lambda: trace_stream(args.trace, args.requests),
+        "multi-turn-100k": lambda: multi_turn_100k(args.seed),
+    }
+    cells = []
+    with sh.published_server_args() as server_args:
+        for workload in args.workload or list(workloads):
+            stream = workloads[workload]()
+            tokens = sum(len(full) for _, full, _ in stream)
+            print(f"\n== {workload}: {len(stream)} requests, {tokens:,} tokens inserted", flush=True)
+            # Import-time objects and the stream are frozen, so that a full collection (which any
+            # cache may trigger) does not rescan them; the collector is otherwise on.
+            gc.collect()
+            gc.freeze()
+            cells += measure(workload, server_args, stream, args.rounds)
+            gc.unfreeze()
+    print()
+    found = verdicts(cells)
+    for text, ok in found:
+        print(("PASS " if ok else "MISS ") + text)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"cells": cells, "targets": [{"target": t, "met": ok} for t, ok in found]}, indent=2)
+        )
+    if args.plot:
+        plot(cells, args.plot)
+    return 1 if args.check and not all(ok for _, ok in found) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
