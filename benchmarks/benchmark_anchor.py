@@ -270,7 +270,7 @@ def plot(cells: list[dict], path: str) -> None:
                 va="bottom",
                 fontsize=6,
             )
-    labels = [cell_name(cell).replace(", ", "\n", 1) for cell in cells]
+    labels = [cell_name(cell).replace("multi-turn-100k", "multi-turn").replace(", ", "\n", 1) for cell in cells]
     ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(cells))], labels, fontsize=7)
     ax.set_ylabel("µs per request (match + indices + insert + evict)")
     ax.set_yscale("log")
