@@ -10,8 +10,8 @@ Caches, each fresh per replay, in rotating order every round:
 - SGLang RadixCache: SGLang's Python radix tree
 - radix-core native / pure: ``radix_core.RadixCache`` with and without radix-native
 
-Workloads: the first ``--requests`` of the bundled Mooncake synthetic trace, and multi-turn-100k
-(4 chats growing by 1.5k-3k tokens a turn to 100k tokens). Cells: EAGLE off and on x capacity
+Workloads: the first ``--requests`` of the bundled Mooncake synthetic trace, and benchmark_radix_cache's
+multi-turn-100k (4 chats growing by 0.8k-3.2k tokens a turn to 100k tokens). Cells: EAGLE off and on x capacity
 unbounded, 1M and 200k tokens; LRU. Every cache must give every request the same prefix length
 (else the run fails). Ratios are medians of per-round ratios against SGLang's default.
 
@@ -43,6 +43,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 sglang_cpu_shim.install()
 
 import torch  # noqa: E402
+from benchmark_radix_cache import multi_turn_100k  # noqa: E402  (the project's workload, one definition)
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache as SGLangRadixCache  # noqa: E402
@@ -230,26 +231,6 @@ def trace_stream(path: str, requests: int) -> list[Request]:
     return stream
 
 
-def multi_turn_100k(seed: int) -> list[Request]:
-    rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(152_064) for _ in range(n)]
-
-    histories = [tokens(1024) for _ in range(4)]
-    stream, slot = [], 0
-    while any(len(history) < 100_000 for history in histories):
-        for chat, history in enumerate(histories):
-            if len(history) >= 100_000:
-                continue
-            prompt = history + tokens(rng.randrange(500, 2000))
-            full = prompt + tokens(rng.randrange(300, 1200))
-            stream.append((array("q", prompt), array("q", full), torch.arange(slot, slot + len(full))))
-            slot += len(full)
-            histories[chat] = full
-    return stream
-
-
 def plot(cells: list[dict], path: str) -> None:
     import matplotlib
 
@@ -303,7 +284,7 @@ def main() -> int:
         return 1
     workloads = {
         "trace": lambda: trace_stream(args.trace, args.requests),
-        "multi-turn-100k": lambda: multi_turn_100k(args.seed),
+        "multi-turn-100k": lambda: multi_turn_100k(random.Random(args.seed)),
     }
     cells = []
     with sh.published_server_args() as server_args:
