@@ -258,7 +258,8 @@ NATIVE_FAILURE = """
         healthy = serve(sh.Server(RadixCoreCache, is_eagle=True, kv_slots=200))
         def broken(*args):
             raise RuntimeError("injected native failure")
-        radix_native.common_prefix_length = broken
+        for kernel in ("descend", "common_prefix_length"):  # what a tree walk calls
+            setattr(radix_native, kernel, broken)
         after = serve(sh.Server(RadixCoreCache, is_eagle=True, kv_slots=200))
     print("ANSWERS", healthy == after, radix_core.backend().active)
 """
