@@ -299,6 +299,42 @@ def test_bad_unlocks_raise_and_change_nothing(backend_name):
     check_invariants(cache)
 
 
+def test_a_moved_lock_is_an_unlock_then_a_lock(backend_name):
+    moved, stepwise = RadixCache(), RadixCache()
+    for cache in (moved, stepwise):
+        cache.insert([1, 2, 3, 4, 5, 6])
+        cache.insert([1, 2, 3, 7, 8])
+        cache.insert([9, 9])
+    locks = {}
+    for name, cache in (("moved", moved), ("stepwise", stepwise)):
+        shallow = cache.match_prefix([1, 2, 3]).last_node
+        cache.inc_lock_ref(shallow)
+        deep = cache.match_prefix([1, 2, 3, 4, 5, 6]).last_node
+        locks[name] = (cache, shallow, deep)
+    cache, shallow, deep = locks["moved"]
+    delta = cache.move_lock(shallow, deep)
+    cache, shallow, deep = locks["stepwise"]
+    assert delta == cache.dec_lock_ref(shallow) + cache.inc_lock_ref(deep) == -3
+    assert (moved.evictable_size(), moved.protected_size()) == (stepwise.evictable_size(), stepwise.protected_size())
+    assert moved.evict(100) == stepwise.evict(100) == 4  # [7, 8] and [9, 9]; the locked path stays
+    assert moved.match_prefix([1, 2, 3, 4, 5, 6]).prefix_len == 6
+
+
+def test_a_bad_moved_lock_raises_and_changes_nothing(backend_name):
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    unlocked = cache.match_prefix([1, 2, 3]).last_node
+    gone = RadixCache().insert([4]).last_node
+    for old, new in ((unlocked, unlocked), (unlocked, gone)):
+        with pytest.raises(ValueError):
+            cache.move_lock(old, new)
+        assert (cache.evictable_size(), cache.protected_size(), unlocked.lock_ref) == (3, 0, 0)
+    cache.inc_lock_ref(unlocked)
+    with pytest.raises(ValueError):
+        cache.move_lock(unlocked, gone)
+    assert (cache.evictable_size(), cache.protected_size(), unlocked.lock_ref) == (0, 3, 1)
+
+
 def test_negative_eviction_counts_are_rejected():
     with pytest.raises(ValueError):
         RadixCache().evict(-1)
@@ -495,6 +531,16 @@ def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedS
         def unlock(self, which):
             node, _, _ = self.locks.pop(which.randrange(len(self.locks)))
             self.cache.dec_lock_ref(node)
+
+        @precondition(lambda self: self.locks)
+        @rule(which=st.randoms(use_true_random=False), tokens=segment_keys, extra_key=namespaces)
+        def move_lock(self, which, tokens, extra_key):
+            node, _, _ = self.locks.pop(which.randrange(len(self.locks)))
+            result = self.cache.match_prefix(RadixKey(tokens, extra_key))
+            before = self.cache.evictable_size()
+            delta = self.cache.move_lock(node, result.last_node)
+            assert self.cache.evictable_size() == before + delta
+            self.locks.append((result.last_node, RadixKey(tokens, extra_key), result.prefix_len))
 
         @rule(num_tokens=st.integers(0, 120))
         def evict(self, num_tokens):

@@ -316,32 +316,23 @@ class RadixCache:
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
-        delta = 0
-        for ancestor in self._path_to_root(node):
-            if ancestor.lock_ref == 0:
-                units = len(ancestor.key)
-                self._evictable_size -= units
-                self._protected_size += units
-                delta -= units
-            ancestor.lock_ref += 1
-        return delta
+        return self._lock_path(self._path_to_root(node))
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Release one lock taken by :meth:`inc_lock_ref`; returns the change of evictable size."""
-        path = self._path_to_root(node)
-        for ancestor in path:
-            if ancestor.lock_ref <= 0:
-                raise ValueError(f"{ancestor!r} is not locked: dec_lock_ref without a matching inc_lock_ref")
-        delta = 0
-        for ancestor in path:
-            ancestor.lock_ref -= 1
-            if ancestor.lock_ref == 0:
-                units = len(ancestor.key)
-                self._evictable_size += units
-                self._protected_size -= units
-                delta += units
-                self._reprioritize(ancestor)
-        return delta
+        return self._unlock_path(self._locked_path_to_root(node))
+
+    def move_lock(self, old: TreeNode, new: TreeNode) -> int:
+        """``dec_lock_ref(old)`` then ``inc_lock_ref(new)``, touching only the nodes on one of the
+        two paths (a request whose lock moves down as it is cached chunk by chunk keeps most of its
+        path); returns the change of evictable size. ValueError, with nothing changed, where either
+        call would raise."""
+        old_path = self._locked_path_to_root(old)
+        new_path = self._path_to_root(new)
+        kept = 0  # the two paths share their top ``kept`` nodes, whose counts would go down and up
+        while kept < len(old_path) and kept < len(new_path) and old_path[-1 - kept] is new_path[-1 - kept]:
+            kept += 1
+        return self._unlock_path(old_path[: len(old_path) - kept]) + self._lock_path(new_path[: len(new_path) - kept])
 
     def touch(self, node: TreeNode) -> None:
         """Mark the path from the root to ``node`` used now, as a match ending there would, without
@@ -493,6 +484,37 @@ class RadixCache:
             if len(heap) > 4 * self._node_count + 64:
                 self._heap = [entry for entry in heap if entry[1] == entry[2]._heap_stamp]
                 heapq.heapify(self._heap)
+
+    def _lock_path(self, path: list[TreeNode]) -> int:
+        delta = 0
+        for ancestor in path:
+            if ancestor.lock_ref == 0:
+                units = len(ancestor.key)
+                self._evictable_size -= units
+                self._protected_size += units
+                delta -= units
+            ancestor.lock_ref += 1
+        return delta
+
+    def _unlock_path(self, path: list[TreeNode]) -> int:
+        delta = 0
+        for ancestor in path:
+            ancestor.lock_ref -= 1
+            if ancestor.lock_ref == 0:
+                units = len(ancestor.key)
+                self._evictable_size += units
+                self._protected_size -= units
+                delta += units
+                self._reprioritize(ancestor)
+        return delta
+
+    def _locked_path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        """:meth:`_path_to_root` of a node whose path is locked; ValueError if it is not."""
+        path = self._path_to_root(node)
+        for ancestor in path:
+            if ancestor.lock_ref <= 0:
+                raise ValueError(f"{ancestor!r} is not locked: dec_lock_ref without a matching inc_lock_ref")
+        return path
 
     def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
         """The nodes from ``node`` up to (not including) the root; ValueError if not in this tree."""

@@ -55,10 +55,16 @@ class _TensorKind(ValueKind):
     name = "torch"
     empty_is_shareable = True
 
+    def __init__(self) -> None:
+        self._integer_dtypes: set[Any] = set()  # dtypes seen to pass: the test is a function of the dtype
+
     def check(self, value: Any) -> None:
+        if value.dim() == 1 and value.dtype in self._integer_dtypes:
+            return
         if value.dim() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == _loaded("torch").bool:
             shape = tuple(value.shape)
             raise TypeError(f"a tensor value must be a 1-D integer tensor, got {value.dtype} with shape {shape}")
+        self._integer_dtypes.add(value.dtype)
 
     def cut(self, value: Any, start: int, stop: int) -> Any:
         return value[start:stop].clone()

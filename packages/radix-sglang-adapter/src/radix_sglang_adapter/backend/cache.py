@@ -151,8 +151,7 @@ class RadixCoreCache(RadixCache):
             tree_indices = self.tree.path_indices(node)
             self.req_to_token_pool.write((kv.req_pool_idx, slice(protected, matched)), tree_indices[protected:matched])
         kv.cache_protected_len = key_len
-        self.unlock(req.lock)
-        req.lock = self.lock(node)
+        req.lock = self._move_lock(req.lock, node)
         req.last_node = node
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
@@ -216,6 +215,18 @@ class RadixCoreCache(RadixCache):
         """SGLang's lock, with one shared receipt: this tree's dec_lock_ref needs none replayed."""
         self.inc_lock_ref(node)
         return TreeLock(node, _NO_RECEIPT)
+
+    def _move_lock(self, lock: TreeLock | None, node: Any) -> TreeLock:
+        """``unlock(lock)`` then ``lock(node)``, walking only where the two paths differ."""
+        if lock is not None:
+            try:
+                self.tree.move_lock(lock.node, node)
+            except ValueError:  # radix-core changed nothing: the two calls say what is wrong
+                pass
+            else:
+                return TreeLock(node, _NO_RECEIPT)
+        self.unlock(lock)
+        return self.lock(node)
 
     def path_device_indices(self, node: Any) -> torch.Tensor:
         """KV indices from the root down to ``node``; ValueError for a node no longer in the tree
