@@ -626,3 +626,11 @@ def test_the_tree_keeps_no_request_array_alive_beyond_its_nodes(backend_name):
     cache.insert(RadixKey(request)[:10])
     (node,) = cache.root_node.children.values()
     assert node.key._tokens is not request and len(node.key._tokens) == 10
+
+
+def test_a_value_of_the_wrong_length_does_not_set_the_cache_value_kind(backend_name):
+    cache = RadixCache()
+    with pytest.raises(ValueError):
+        cache.insert([1, 2, 3], array("q", [1, 2]))
+    cache.insert([1, 2, 3], [7, 8, 9])
+    assert cache.match_prefix([1, 2, 3]).indices == [7, 8, 9]

@@ -238,13 +238,11 @@ class RadixCache:
             raise ValueError(f"value_offset {value_offset} is outside a key of {len(given)} units")
         if split_at is not None and split_at % self.page_size:
             raise ValueError(f"split_at {split_at} is not a multiple of the page size {self.page_size}")
-        if value is None:
+        if value is None:  # the token ids, one per unit of the cache key
             value = key.token_ids[value_offset : len(key)]
-        elif len(value) != len(given) - value_offset:
-            raise ValueError(
-                f"value has {len(value)} items but the key has {len(given)} from offset {value_offset}; they must match"
-            )
-        kind = self._check_value(value)
+            kind = self._check_value(value, len(key), value_offset)
+        else:  # one per raw token of the key given (EAGLE: the cache keeps n - 1 of them)
+            kind = self._check_value(value, len(given), value_offset)
         key = key.page_aligned(self.page_size)
         units = len(key)
         priority = 0 if priority is None else priority
@@ -394,11 +392,18 @@ class RadixCache:
             raise ValueError("a bigram key needs a cache built with is_eagle=True")
         return key
 
-    def _check_value(self, value: Any) -> ValueKind:
+    def _check_value(self, value: Any, key_units: int, value_offset: int) -> ValueKind:
+        """The kind of ``value``, which must hold an item per unit of a key of ``key_units`` from
+        ``value_offset`` on; the first value checked sets the cache's kind."""
         kind = value_kind_of(value)
         if self._value_kind is not None and kind is not self._value_kind:
             raise TypeError(f"this cache holds {self._value_kind.name} values, not {kind.name}")
         kind.check(value)
+        items = kind.length(value)
+        if items != key_units - value_offset:
+            raise ValueError(
+                f"value has {items} items but the key has {key_units} from offset {value_offset}; they must match"
+            )
         if self._value_kind is None:
             self._value_kind = kind
             self._empty_value = kind.cut(value, 0, 0)

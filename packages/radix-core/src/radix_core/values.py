@@ -29,6 +29,10 @@ class ValueKind:
         if not all(type(item) is int for item in value):
             raise TypeError("a list value must hold only int indices")
 
+    def length(self, value: Any) -> int:
+        """Items in a value that passed :meth:`check`."""
+        return len(value)
+
     def cut(self, value: Any, start: int, stop: int) -> Any:
         """``value[start:stop]`` as a copy that shares no storage with ``value``."""
         return value[start:stop]
@@ -65,6 +69,9 @@ class _TensorKind(ValueKind):
             shape = tuple(value.shape)
             raise TypeError(f"a tensor value must be a 1-D integer tensor, got {value.dtype} with shape {shape}")
         self._integer_dtypes.add(value.dtype)
+
+    def length(self, value: Any) -> int:
+        return value.shape[0]  # 1-D; len() would run torch's Python-level __len__
 
     def cut(self, value: Any, start: int, stop: int) -> Any:
         return value[start:stop].clone()
