@@ -109,8 +109,10 @@ class RadixCoreCache(RadixCache):
         holds (its locked ``last_node``, then the node just reached) instead of comparing those
         tokens again, the prompt boundary is made with the new nodes, and the values start at
         ``cache_protected_len`` (SGLang converts and compares the whole row at every chunk:
-        quadratic in the prompt); the second match is a ``touch`` of the path it would walk; the
-        row is rewritten only over the duplicates (past them the tree holds copies of the row).
+        quadratic in the prompt); the second match is left out: it would only give the path the
+        inserts just marked used a newer access time, and no other node's time falls in between,
+        so every eviction order stays the same; the row is rewritten only over the duplicates
+        (past them the tree holds copies of the row); the lock moves in one walk.
         """
         kv = req.kv
         key = self._request_key(req, up_to)
@@ -146,7 +148,6 @@ class RadixCoreCache(RadixCache):
                 known_path=node,
             )
         self.token_to_kv_pool_allocator.free_segment(row[protected:matched], start_pos=protected)
-        self.tree.touch(node)
         if matched > protected:
             tree_indices = self.tree.path_indices(node)
             self.req_to_token_pool.write((kv.req_pool_idx, slice(protected, matched)), tree_indices[protected:matched])
