@@ -634,3 +634,20 @@ def test_a_value_of_the_wrong_length_does_not_set_the_cache_value_kind(backend_n
         cache.insert([1, 2, 3], array("q", [1, 2]))
     cache.insert([1, 2, 3], [7, 8, 9])
     assert cache.match_prefix([1, 2, 3]).indices == [7, 8, 9]
+
+
+def test_a_split_keeps_the_larger_part_of_a_tensor_value_as_a_view(backend_name):
+    torch = pytest.importorskip("torch")
+    cache = RadixCache()
+    cache.insert(list(range(100)), torch.arange(1000, 1100))
+    (node,) = cache.root_node.children.values()
+    stored = node.value.untyped_storage().data_ptr()
+    upper = cache.match_prefix(list(range(60)) + [-1]).last_node
+    lower = upper.children[60]
+    assert upper.value.untyped_storage().data_ptr() == stored, "60 of 100: a view"
+    assert lower.value.untyped_storage().data_ptr() != stored, "40 of 100: a copy"
+    top = cache.match_prefix(list(range(10)) + [-1]).last_node
+    assert top.value.untyped_storage().data_ptr() != stored, "10 of a storage of 100: a copy"
+    assert top.children[10].value.untyped_storage().data_ptr() == stored, "50 of 100: a view"
+    assert torch.equal(cache.match_prefix(list(range(100))).indices, torch.arange(1000, 1100))
+    check_invariants(cache)

@@ -465,12 +465,12 @@ class RadixCache:
         page = self.page_size
         kind: ValueKind = self._value_kind  # type: ignore[assignment]
         parent: TreeNode = child.parent  # type: ignore[assignment]
-        upper = TreeNode(child.key._units(0, at).compact(), kind.cut(child.value, 0, at), parent, child.priority)
+        upper_value, child.value = kind.split(child.value, at)
+        upper = TreeNode(child.key._units(0, at).compact(), upper_value, parent, child.priority)
         upper.hit_count = child.hit_count
         upper.lock_ref = child.lock_ref
         parent.children[child.key.child_key(page)] = upper
         child.key = child.key._units(at, len(child.key)).compact()
-        child.value = kind.cut(child.value, at, len(child.value))
         child.parent = upper
         upper.children[child.key.child_key(page)] = child
         self._node_count += 1

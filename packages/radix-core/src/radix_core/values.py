@@ -37,6 +37,11 @@ class ValueKind:
         """``value[start:stop]`` as a copy that shares no storage with ``value``."""
         return value[start:stop]
 
+    def split(self, value: Any, at: int) -> tuple[Any, Any]:
+        """``value[:at]`` and ``value[at:]`` for the two nodes a split makes, sharing no storage
+        with ``value`` unless the kind says otherwise."""
+        return self.cut(value, 0, at), self.cut(value, at, self.length(value))
+
     def concat(self, values: list[Any]) -> Any:
         return list(chain.from_iterable(values))
 
@@ -72,6 +77,14 @@ class _TensorKind(ValueKind):
 
     def length(self, value: Any) -> int:
         return value.shape[0]  # 1-D; len() would run torch's Python-level __len__
+
+    def split(self, value: Any, at: int) -> tuple[Any, Any]:
+        """A part that is at least half of the storage it views stays a view of it, the other is
+        cloned: a split copies at most half, and no node keeps more than twice its own indices
+        alive (the tree owns that storage: it cloned or was given it for itself)."""
+        held = value.untyped_storage().nbytes() // value.element_size()
+        parts = value[:at], value[at:]
+        return tuple(part if 2 * part.shape[0] >= held else part.clone() for part in parts)  # type: ignore[return-value]
 
     def cut(self, value: Any, start: int, stop: int) -> Any:
         return value[start:stop].clone()
