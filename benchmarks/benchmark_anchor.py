@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
-import json
 import os
 import platform
 import random
@@ -43,6 +42,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 sglang_cpu_shim.install()
 
 import torch  # noqa: E402
+from _report import report  # noqa: E402
 from benchmark_radix_cache import multi_turn_100k  # noqa: E402  (the project's workload, one definition)
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
@@ -299,16 +299,10 @@ def main() -> int:
             cells += measure(workload, server_args, stream, args.rounds)
             gc.unfreeze()
     print()
-    found = verdicts(cells)
-    for text, ok in found:
-        print(("PASS " if ok else "MISS ") + text)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({"cells": cells, "targets": [{"target": t, "met": ok} for t, ok in found]}, indent=2)
-        )
+    exit_status = report(verdicts(cells), {"cells": cells}, args.json, args.check)
     if args.plot:
         plot(cells, args.plot)
-    return 1 if args.check and not all(ok for _, ok in found) else 0
+    return exit_status
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import pickle
 import platform
@@ -26,6 +25,8 @@ import sys
 import time
 from array import array
 from collections.abc import Callable
+
+from _report import report
 
 import radix_core
 from radix_core import convert_to_bigram_key, pack_bigram_keys, python_convert_to_bigram_key, python_pack_bigram_keys
@@ -173,28 +174,16 @@ def main() -> int:
     rows = [measure(n, args.rounds, rng) for n in args.sizes]
     print_table(rows, "variants", "Frees in the clock, gc on (what a serving loop pays)")
     print_table(rows, "frees_outside", "Frees outside the clock, gc on")
-    verdicts = target_verdicts(rows)
-    for text, ok in verdicts:
-        print(("PASS " if ok else "MISS ") + text)
-
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "python": platform.python_version(),
-                    "machine": platform.machine(),
-                    "cpus": os.cpu_count(),
-                    "backend": status.reason,
-                    "rows": rows,
-                    "targets": [{"target": t, "met": ok} for t, ok in verdicts],
-                    "identical": not failures,
-                },
-                f,
-                indent=2,
-            )
-    if args.check and (failures or not all(ok for _, ok in verdicts)):
-        return 1
-    return 0
+    payload = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "backend": status.reason,
+        "rows": rows,
+        "identical": not failures,
+    }
+    exit_status = report(target_verdicts(rows), payload, args.json, args.check)
+    return 1 if args.check and failures else exit_status
 
 
 if __name__ == "__main__":

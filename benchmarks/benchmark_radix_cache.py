@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
-import json
 import os
 import platform
 import random
@@ -42,6 +41,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 sglang_cpu_shim.install()
 
 import torch  # noqa: E402
+from _report import report  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache as SGLangRadixCache  # noqa: E402
@@ -260,16 +260,10 @@ def main() -> int:
             spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
             print(f"  {impl:<26} {v['us_per_request']:>10.1f} us/request  {v['speedup']:>6.2f}x {spread}")
     print()
-    found = verdicts(rows)
-    for text, ok in found:
-        print(("PASS " if ok else "MISS ") + text)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({"rows": rows, "targets": [{"target": t, "met": ok} for t, ok in found]}, indent=2)
-        )
+    exit_status = report(verdicts(rows), {"rows": rows}, args.json, args.check)
     if args.plot:
         plot(rows, args.plot)
-    return 1 if args.check and not all(ok for _, ok in found) else 0
+    return exit_status
 
 
 if __name__ == "__main__":

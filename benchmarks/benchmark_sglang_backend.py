@@ -37,7 +37,6 @@ import argparse
 import collections
 import gc
 import importlib.metadata
-import json
 import os
 import platform
 import statistics
@@ -56,6 +55,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 sglang_cpu_shim.install()
 
 import torch  # noqa: E402
+from _report import report  # noqa: E402
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache  # noqa: E402
@@ -344,14 +344,7 @@ def main() -> int:
         cells = measure(server_args, requests, args.rounds, args.chunk)
         gc.unfreeze()
     print()
-    found = verdicts(cells)
-    for text, ok in found:
-        print(("PASS " if ok else "MISS ") + text)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({"cells": cells, "targets": [{"target": t, "met": ok} for t, ok in found]}, indent=2)
-        )
-    return 1 if args.check and not all(ok for _, ok in found) else 0
+    return report(verdicts(cells), {"cells": cells}, args.json, args.check)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
-import json
 import os
 import platform
 import random
@@ -35,6 +34,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 
 sglang_cpu_shim.install()
 
+from _report import report  # noqa: E402
 from sglang.srt.mem_cache import radix_cache  # noqa: E402
 
 import radix_core  # noqa: E402
@@ -198,13 +198,8 @@ def main() -> int:
          got >= TARGET_CONVERSION_SPEEDUP),
     ]  # fmt: skip
     print()
-    for text, ok in verdicts:
-        print(("PASS " if ok else "MISS ") + text)
-    if args.json:
-        payload = {"sglang": version, "requests": len(requests), "tokens": tokens, "rows": rows}
-        payload["targets"] = [{"target": t, "met": ok} for t, ok in verdicts]
-        Path(args.json).write_text(json.dumps(payload, indent=2))
-    return 1 if args.check and not all(ok for _, ok in verdicts) else 0
+    payload = {"sglang": version, "requests": len(requests), "tokens": tokens, "rows": rows}
+    return report(verdicts, payload, args.json, args.check)
 
 
 if __name__ == "__main__":
