@@ -5,9 +5,7 @@ from __future__ import annotations
 from radix_core import RadixCache, TreeNode
 
 
-def check_invariants(cache: RadixCache, keys_may_share: bool = False) -> None:
-    """``keys_may_share``: the cache was given ``insert(copy=False)``, so a key may be a window
-    over an array at most twice its size (else every stored key owns its array)."""
+def check_invariants(cache: RadixCache) -> None:
     root = cache.root_node
     assert root.parent is None and root.lock_ref == 1 and len(root.key) == 0
     evictable = protected = nodes = 0
@@ -23,10 +21,7 @@ def check_invariants(cache: RadixCache, keys_may_share: bool = False) -> None:
         assert units % cache.page_size == 0, "nodes hold whole pages"
         assert len(node.value) == units, "one value item per key unit"
         assert node.key.is_bigram == cache.is_eagle
-        if keys_may_share:
-            assert 2 * node.key.raw_length >= len(node.key._tokens), "a shared array is at most twice the key"
-        else:
-            assert node.key._start == 0 and node.key._stop == len(node.key._tokens), "stored keys own their tokens"
+        assert 2 * node.key.raw_length >= len(node.key._tokens), "a key's array is at most twice the key"
         assert node.lock_ref >= sum(child.lock_ref for child in node.children.values()) >= 0
         if node.lock_ref:
             protected += units

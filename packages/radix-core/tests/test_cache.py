@@ -202,21 +202,36 @@ def test_known_paths_and_split_points_leave_the_tree_plain_walks_leave(
     assert tree_state(caches[0]) == tree_state(caches[1])
 
 
-def test_without_copies_the_tree_keeps_the_value_and_a_window_of_at_least_half_the_tokens(backend_name):
+def test_without_copies_the_tree_keeps_the_value_itself(backend_name):
     torch = pytest.importorskip("torch")
     cache = RadixCache()
     cache.insert([1, 2], torch.tensor([10, 20]))
-    request = array("q", [1, 2, 3, 4])
     made_for_the_tree = torch.tensor([30, 40])
-    leaf = cache.insert(RadixKey(request), made_for_the_tree, value_offset=2, copy=False).last_node
-    assert leaf.value.data_ptr() == made_for_the_tree.data_ptr() and leaf.key._tokens is request
-    long_request = array("q", [1, 2, 7, 8, 9])
-    leaf = cache.insert(RadixKey(long_request, limit=3), torch.tensor([70]), value_offset=2, copy=False).last_node
-    assert leaf.key._tokens is not long_request, "a window of under half of its array is copied"
+    leaf = cache.insert([1, 2, 3, 4], made_for_the_tree, value_offset=2, copy=False).last_node
+    assert leaf.value.data_ptr() == made_for_the_tree.data_ptr()
     copied = torch.tensor([50])
     assert cache.insert([1, 2, 5], copied, value_offset=2).last_node.value.data_ptr() != copied.data_ptr()
     assert cache.match_prefix([1, 2, 3, 4]).indices.tolist() == [10, 20, 30, 40]
-    check_invariants(cache, keys_may_share=True)
+    check_invariants(cache)
+
+
+def test_a_node_keeps_a_window_of_its_keys_array_only_if_it_is_at_least_half_of_it(backend_name):
+    cache = RadixCache()
+    cache.insert([1, 2])
+    request = array("q", [1, 2, 3, 4])
+    assert cache.insert(RadixKey(request)).last_node.key._tokens is request
+    long_request = array("q", [1, 2, 7, 8, 9])
+    assert cache.insert(RadixKey(long_request, limit=3)).last_node.key._tokens is not long_request
+    whole = array("q", range(100, 110))
+    leaf = cache.insert(RadixKey(whole)).last_node
+    upper = cache.match_prefix([100, 101, 102, 0]).last_node
+    assert leaf.key._tokens is whole and upper.key._tokens is not whole, "a split copies the smaller part"
+    halves = array("q", range(200, 210))
+    leaf = cache.insert(RadixKey(halves)).last_node
+    upper = cache.match_prefix([200, 201, 202, 203, 204, 0]).last_node
+    assert leaf.key._tokens is halves and upper.key._tokens is halves
+    assert cache.match_prefix(list(range(200, 210))).prefix_len == 10
+    check_invariants(cache)
 
 
 def test_split_points_fall_on_pages():

@@ -91,6 +91,13 @@ def python_descend(node: TreeNode, key: RadixKey, position: int, page_size: int)
     return path, ends
 
 
+def _stored(key: RadixKey) -> RadixKey:
+    """``key`` as a node keeps it: the window itself where it is at least half of its array (no
+    array is kept alive for less than half its tokens; a split copies at most one half), else a
+    copy of just its tokens."""
+    return key if 2 * key.raw_length >= len(key._tokens) else key.compact()
+
+
 @dispatching("descend")
 def descend(node: TreeNode, key: RadixKey, position: int, page_size: int) -> tuple[list[TreeNode], list[int]]:
     """Same as :func:`python_descend`, in one native call when radix-native is in use."""
@@ -222,12 +229,12 @@ class RadixCache:
         spells the same units as the key, as far as both go (the caller matched or inserted them
         and has held a lock since); the walk follows it without comparing those units again.
 
-        Like SGLang's, the tree keeps the key's ``array('q')`` itself (no copy) when the new node
-        covers all of it: do not modify that array after inserting it. Otherwise what the tree
-        keeps are copies, unless ``copy`` is False: then a new node keeps a slice of ``value``
-        itself (a view, for tensors and ndarrays) and a window over the key's array when that
-        window is at least half of it (so the array is never more than twice what the tree
-        uses): for a caller that built ``value`` for the tree and only ever appends to the array.
+        The tree keeps the key's ``array('q')`` itself (no copy) where a new node covers at least
+        half of it (SGLang keeps it where the node covers all of it), so the array is never more
+        than twice what the tree uses; a shorter part is copied: do not modify an array after
+        inserting it. Values are copied, unless ``copy`` is False: then a new node keeps a slice
+        of ``value`` itself (a view, for tensors and ndarrays), for a caller that built ``value``
+        for the tree.
         ``split_at``: a unit (a whole page) inside the part this insert adds where a next insert
         will end (SGLang's prompt boundary): the new part is stored as two nodes there, the tree
         such an insert would leave, without cutting one node in two.
@@ -275,9 +282,8 @@ class RadixCache:
             for start, stop in reversed(list(zip(bounds, bounds[1:]))):
                 piece_key = key._units(start, stop)
                 first, last = start - value_offset, stop - value_offset
-                shared = not copy and 2 * piece_key.raw_length >= len(piece_key._tokens)
                 piece_value = kind.cut(value, first, last) if copy else value[first:last]
-                piece = TreeNode(piece_key if shared else piece_key.compact(), piece_value, None, priority)
+                piece = TreeNode(_stored(piece_key), piece_value, None, priority)
                 piece.hit_count = 1 if units > inserted_len else 0
                 pieces.append((piece_key, piece))
             for piece_key, piece in reversed(pieces):
@@ -466,11 +472,11 @@ class RadixCache:
         kind: ValueKind = self._value_kind  # type: ignore[assignment]
         parent: TreeNode = child.parent  # type: ignore[assignment]
         upper_value, child.value = kind.split(child.value, at)
-        upper = TreeNode(child.key._units(0, at).compact(), upper_value, parent, child.priority)
+        upper = TreeNode(_stored(child.key._units(0, at)), upper_value, parent, child.priority)
         upper.hit_count = child.hit_count
         upper.lock_ref = child.lock_ref
         parent.children[child.key.child_key(page)] = upper
-        child.key = child.key._units(at, len(child.key)).compact()
+        child.key = _stored(child.key._units(at, len(child.key)))
         child.parent = upper
         upper.children[child.key.child_key(page)] = child
         self._node_count += 1
