@@ -25,11 +25,16 @@ Unit = int | tuple[int, int]
 def python_common_prefix_length(a: Any, a_start: int, b: Any, b_start: int, length: int) -> int:
     """How many of the ``length`` items of ``a[a_start:]`` and ``b[b_start:]`` agree before the first
     difference, the reference: galloping then binary search over slice comparisons, so a long
-    shared prefix costs O(log n) C-level compares instead of a per-token Python loop."""
+    shared prefix costs O(log n) C-level compares instead of a per-token Python loop. Where the
+    last items agree, the whole range is compared first: a walk down a tree mostly passes whole
+    nodes, and a range that ends alike rarely differs earlier."""
     a_start, b_start, length = operator.index(a_start), operator.index(b_start), operator.index(length)
     a, b = _whole_comparing(a), _whole_comparing(b)
     if a_start < 0 or b_start < 0 or length < 0 or length > len(a) - a_start or length > len(b) - b_start:
         raise IndexError("common_prefix_length range is outside a token buffer")
+    if length and a[a_start + length - 1] == b[b_start + length - 1]:
+        if a[a_start : a_start + length] == b[b_start : b_start + length]:
+            return length
     lo, step = 0, 16
     while lo < length:
         hi = min(lo + step, length)
