@@ -15,6 +15,10 @@ multi-turn-100k (4 chats growing by 0.8k-3.2k tokens a turn to 100k tokens). Cel
 unbounded, 1M and 200k tokens; LRU. Every cache must give every request the same prefix length
 (else the run fails). Ratios are medians of per-round ratios against SGLang's default.
 
+Each cell also times a memory floor: per request only the memory work any exact cache does
+(compare the matched tokens, copy the matched KV indices out and the new ones in), to show how much
+faster than SGLang's default a cache could be on this machine at all (``speedup_bound``).
+
     python benchmarks/benchmark_anchor.py [--requests N] [--rounds R] [--check] [--json FILE] [--plot FILE.png]
 """
 
@@ -30,6 +34,7 @@ import statistics
 import sys
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,7 @@ from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
 import radix_core  # noqa: E402
 import scheduler_harness as sh  # noqa: E402
 from radix_core._backend import python_reference_only  # noqa: E402
+from radix_core.key import common_prefix_length  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
@@ -154,6 +160,32 @@ def replay(implementation: str, server_args: Any, stream: list[Request], eagle: 
     return seconds, matched, allocator.freed
 
 
+def memory_floor(stream: list[Request], matched: list[int], eagle: bool, capacity: int | None) -> list[float]:
+    """Seconds per request of the memory work any exact cache does for it, and nothing else: read
+    the matched tokens of the prompt and a cached copy of them (here the request's own untouched
+    prompt + output stands in for the tree's keys), copy the matched units' KV indices out into a
+    fresh tensor, and copy the new units' KV indices in (kept, oldest dropped beyond the capacity).
+    No tree, no second comparison at insert, no key copies: a lower bound for int64 storage."""
+    kept: deque[torch.Tensor] = deque()
+    cached = 0
+    clock = time.perf_counter
+    seconds = []
+    for (prompt, full, kv), found in zip(stream, matched):
+        units = max(len(full) - eagle, 0)
+        start = clock()
+        if found:
+            raw = found + eagle  # an EAGLE unit is a pair of raw tokens
+            if common_prefix_length(prompt, 0, full, 0, raw) != raw:
+                raise RuntimeError("a prompt is not the start of its request's tokens")
+            kv[:found].clone()
+        kept.append(kv[found:units].clone())
+        cached += units - found
+        while capacity is not None and cached > capacity:
+            cached -= kept.popleft().shape[0]
+        seconds.append(clock() - start)
+    return seconds
+
+
 def run_one(implementation: str, *args: Any) -> tuple[list[float], list[int], int]:
     if implementation == "radix-core pure":
         with python_reference_only():
@@ -163,18 +195,28 @@ def run_one(implementation: str, *args: Any) -> tuple[list[float], list[int], in
 
 def measure(workload: str, server_args: Any, stream: list[Request], rounds: int) -> list[dict]:
     names = list(IMPLEMENTATIONS)
+    # One untimed replay each first: a process's first touch of fresh memory (page faults, which
+    # cost several times the copies themselves here) would otherwise land on whichever cache runs
+    # first, and a serving process pays it once at start.
+    for name in names:
+        gc.collect()
+        run_one(name, server_args, stream, False, None)
     cells = []
     for eagle in (False, True):
         for capacity_name, capacity in CAPACITIES.items():
             per_round: dict[str, list[float]] = {name: [] for name in names}
             matched_by: dict[str, list[int]] = {}
             freed_by: dict[str, int] = {}
+            floor: list[float] = []
             for r in range(rounds):
                 for name in names[r % len(names) :] + names[: r % len(names)]:
                     gc.collect()
                     seconds, matched, freed = run_one(name, server_args, stream, eagle, capacity)
                     per_round[name].append(sum(seconds) / len(seconds))
                     matched_by[name], freed_by[name] = matched, freed
+                gc.collect()
+                seconds = memory_floor(stream, matched_by[BASELINE], eagle, capacity)
+                floor.append(sum(seconds) / len(seconds))
             prompt_units = sum(max(len(prompt) - eagle, 0) for prompt, _, _ in stream)
             cell = {
                 "workload": workload,
@@ -184,6 +226,10 @@ def measure(workload: str, server_args: Any, stream: list[Request], rounds: int)
                 "freed": freed_by,
                 "hit_rate": sum(matched_by[BASELINE]) / prompt_units,
                 "implementations": {},
+                "memory_floor": {
+                    "us_per_request": statistics.median(floor) * 1e6,
+                    "speedup_bound": statistics.median(b / f for b, f in zip(per_round[BASELINE], floor)),
+                },
             }
             for name, times in per_round.items():
                 ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
@@ -207,6 +253,10 @@ def print_cell(cell: dict) -> None:
     for name, v in cell["implementations"].items():
         spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
         print(f"  {name:<18} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}", flush=True)
+    floor = cell["memory_floor"]
+    print(
+        f"  {'memory floor':<18} {floor['us_per_request']:>8.1f} us/request {floor['speedup_bound']:>6.2f}x", flush=True
+    )
 
 
 def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
@@ -251,6 +301,11 @@ def plot(cells: list[dict], path: str) -> None:
                 va="bottom",
                 fontsize=6,
             )
+    floors = [cell["memory_floor"]["us_per_request"] for cell in cells]
+    left = [x - width / 2 for x in range(len(cells))]
+    ax.hlines(
+        floors, left, [x + len(names) * width for x in left], colors="black", linestyles="dashed", label="memory floor"
+    )
     labels = [cell_name(cell).replace("multi-turn-100k", "multi-turn").replace(", ", "\n", 1) for cell in cells]
     ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(cells))], labels, fontsize=7)
     ax.set_ylabel("µs per request (match + indices + insert + evict)")
