@@ -266,8 +266,7 @@ class RadixCache:
             path, ends = descend(node, key, position, page)
             if path:
                 self._enter(path, ends, position, access_time)
-                for child, end in zip(path, ends):
-                    self._pass_through(child, end, priority, inserted_len)
+                self._pass_through(path, ends, priority, inserted_len)
                 node, position = path[-1], ends[-1]
         if position < units:
             if position < value_offset:
@@ -443,9 +442,9 @@ class RadixCache:
         """What insert's walk does down ``known_path``'s path as far as the key's ``units`` go,
         without comparing tokens (the key ends inside a node: that node is split there, as the
         comparing walk would); returns where the walk stands, to go on from there."""
-        path = self._path_to_root(known_path)
         node, position = self.root_node, 0
-        for child in reversed(path):
+        passed, ends = [], []
+        for child in reversed(self._path_to_root(known_path)):
             if position == units:
                 break
             end = position + len(child.key)
@@ -454,17 +453,24 @@ class RadixCache:
                 if not child.children:
                     self._reprioritize(child)
                 child, end = self._split(child, units - position), units
-            self._pass_through(child, end, priority, inserted_len)
+            passed.append(child)
+            ends.append(end)
             node, position = child, end
+        if passed:
+            self._pass_through(passed, ends, priority, inserted_len)
         return node, position
 
-    def _pass_through(self, child: TreeNode, end: int, priority: int, inserted_len: int) -> None:
-        """What an insert does to a node it walks through, ending at unit ``end`` of the key."""
-        child.priority = max(child.priority, priority)
-        if end > inserted_len:  # SGLang's rule: a request's own earlier inserts are no new hit
-            child.hit_count += 1
-        if not child.children:
-            self._reprioritize(child)
+    def _pass_through(self, path: list[TreeNode], ends: list[int], priority: int, inserted_len: int) -> None:
+        """What an insert does to the nodes it walks through, top down, node ``i`` ending at unit
+        ``ends[i]`` of the key. Every node but the last leads on to the next: only the last can be
+        a leaf whose eviction priority changes."""
+        for child, end in zip(path, ends):
+            if priority > child.priority:
+                child.priority = priority
+            if end > inserted_len:  # SGLang's rule: a request's own earlier inserts are no new hit
+                child.hit_count += 1
+        if not path[-1].children:
+            self._reprioritize(path[-1])
 
     def _split(self, child: TreeNode, at: int) -> TreeNode:
         """Cut ``child`` after ``at`` units; returns the new upper node (SGLang's node split)."""
