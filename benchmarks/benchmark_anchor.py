@@ -161,11 +161,13 @@ def replay(implementation: str, server_args: Any, stream: list[Request], eagle: 
 
 
 def memory_floor(stream: list[Request], matched: list[int], eagle: bool, capacity: int | None) -> list[float]:
-    """Seconds per request of the memory work any exact cache does for it, and nothing else: read
-    the matched tokens of the prompt and a cached copy of them (here the request's own untouched
-    prompt + output stands in for the tree's keys), copy the matched units' KV indices out into a
-    fresh tensor, and copy the new units' KV indices in (kept, oldest dropped beyond the capacity).
-    No tree, no second comparison at insert, no key copies: a lower bound for int64 storage."""
+    """Seconds per request of memory work that every exact cache does for it, and nothing else.
+    The matched tokens are read twice: once in the prompt (by the match) and once in the inserted
+    prompt + output (by an insert, which cannot know they repeat the prompt without reading them);
+    here the two are compared with each other, so the tree's own copy of them is not read at all.
+    The matched units' KV indices are copied out into one fresh tensor and the new units' copied
+    in (kept, oldest dropped beyond the capacity). No tree, no key stored, no bookkeeping: every
+    cache of int64 tokens and indices that SGLang could call takes longer than this."""
     kept: deque[torch.Tensor] = deque()
     cached = 0
     clock = time.perf_counter
@@ -301,11 +303,13 @@ def plot(cells: list[dict], path: str) -> None:
                 va="bottom",
                 fontsize=6,
             )
-    floors = [cell["memory_floor"]["us_per_request"] for cell in cells]
     left = [x - width / 2 for x in range(len(cells))]
-    ax.hlines(
-        floors, left, [x + len(names) * width for x in left], colors="black", linestyles="dashed", label="memory floor"
-    )
+    right = [x + len(names) * width for x in left]
+    floors = [cell["memory_floor"]["us_per_request"] for cell in cells]
+    ax.hlines(floors, left, right, colors="black", linestyles="dashed", label="memory floor")
+    native_target = TARGETS["radix-core native"]
+    goals = [cell["implementations"][BASELINE]["us_per_request"] / native_target for cell in cells]
+    ax.hlines(goals, left, right, colors="red", linestyles="dotted", label=f"{BASELINE} / {native_target:g}")
     labels = [cell_name(cell).replace("multi-turn-100k", "multi-turn").replace(", ", "\n", 1) for cell in cells]
     ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(cells))], labels, fontsize=7)
     ax.set_ylabel("µs per request (match + indices + insert + evict)")
