@@ -33,7 +33,7 @@ def python_common_prefix_length(a: Any, a_start: int, b: Any, b_start: int, leng
     if a_start < 0 or b_start < 0 or length < 0 or length > len(a) - a_start or length > len(b) - b_start:
         raise IndexError("common_prefix_length range is outside a token buffer")
     if length and a[a_start + length - 1] == b[b_start + length - 1]:
-        if a[a_start : a_start + length] == b[b_start : b_start + length]:
+        if _items(a, a_start, length) == _items(b, b_start, length):
             return length
     lo, step = 0, 16
     while lo < length:
@@ -48,6 +48,12 @@ def python_common_prefix_length(a: Any, a_start: int, b: Any, b_start: int, leng
             return lo
         lo, step = hi, step * 2
     return length
+
+
+def _items(tokens: Any, start: int, length: int) -> Any:
+    """``tokens[start:start + length]``, without the copy where that is all of ``tokens`` (a node's
+    key mostly is its whole array)."""
+    return tokens if start == 0 and length == len(tokens) else tokens[start : start + length]
 
 
 def _whole_comparing(tokens: Any) -> Any:
