@@ -197,12 +197,13 @@ def run_one(implementation: str, *args: Any) -> tuple[list[float], list[int], in
 
 def measure(workload: str, server_args: Any, stream: list[Request], rounds: int) -> list[dict]:
     names = list(IMPLEMENTATIONS)
-    # One untimed replay each first: a process's first touch of fresh memory (page faults, which
-    # cost several times the copies themselves here) would otherwise land on whichever cache runs
-    # first, and a serving process pays it once at start.
+    # One untimed replay each first, in both modes: a process's first touch of fresh memory (page
+    # faults, which cost several times the copies themselves here) would otherwise land on
+    # whichever cache runs first, and a serving process pays it once at start.
     for name in names:
         gc.collect()
-        run_one(name, server_args, stream, False, None)
+        for eagle in (False, True):
+            run_one(name, server_args, stream, eagle, None)
     cells = []
     for eagle in (False, True):
         for capacity_name, capacity in CAPACITIES.items():

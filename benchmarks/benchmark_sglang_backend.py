@@ -243,7 +243,8 @@ def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int) 
     names = list(IMPLEMENTATIONS)
     for name in names:  # untimed: the process's first touch of fresh memory lands on nobody's clock
         gc.collect()
-        run_one(name, server_args, requests, False, total + 1, chunk)
+        for eagle in (False, True):
+            run_one(name, server_args, requests, eagle, total + 1, chunk)
     cells = []
     for eagle in (False, True):
         for capacity_name, capacity in CAPACITIES.items():
