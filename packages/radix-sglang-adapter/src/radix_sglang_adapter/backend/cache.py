@@ -104,8 +104,8 @@ class RadixCoreCache(RadixCache):
         eviction drops the output first); free the row's slots that duplicate KV the tree held
         already; match the key again; rewrite the row from the tree; move the request's lock.
         Here nothing is done twice: the key is a window over the fill ids (SGLang copies them;
-        the tree copies what it keeps, or keeps the array itself where one node covers it all,
-        which SGLang only ever appends to); both inserts follow the path the request already
+        the tree keeps a window of that array where a node covers at least half of it and copies
+        shorter parts, and SGLang only ever appends to it); both inserts follow the path the request already
         holds (its locked ``last_node``, then the node just reached) instead of comparing those
         tokens again, the prompt boundary is made with the new nodes, and the values start at
         ``cache_protected_len`` (SGLang converts and compares the whole row at every chunk:
@@ -133,7 +133,7 @@ class RadixCoreCache(RadixCache):
             inserted_len=kv.cache_inserted_len,
             value_offset=protected,
             known_path=req.last_node,
-            copy=False,  # values: a fresh conversion made for the tree; tokens: SGLang only appends
+            copy=False,  # the values are a fresh conversion made for the tree
             split_at=prompt_len if split_prompt else None,
         )
         kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
