@@ -47,6 +47,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 sglang_cpu_shim.install()
 
 import torch  # noqa: E402
+from _plot import speedup_bars  # noqa: E402
 from _report import report  # noqa: E402
 from benchmark_radix_cache import multi_turn_100k  # noqa: E402  (the project's workload, one definition)
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
@@ -292,18 +293,8 @@ def plot(cells: list[dict], path: str) -> None:
 
     names = list(IMPLEMENTATIONS)
     fig, ax = plt.subplots(figsize=(11, 4.8))
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        values = [cell["implementations"][name]["us_per_request"] for cell in cells]
-        bars = ax.bar([x + i * width for x in range(len(cells))], values, width, label=name)
-        for bar, cell in zip(bars, cells):
-            ax.annotate(
-                f"{cell['implementations'][name]['speedup']:.1f}x",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=6,
-            )
+    labels = [cell_name(cell).replace("multi-turn-100k", "multi-turn").replace(", ", "\n", 1) for cell in cells]
+    width = speedup_bars(ax, cells, names, labels, label_size=6, tick_size=7)
     left = [x - width / 2 for x in range(len(cells))]
     right = [x + len(names) * width for x in left]
     floors = [cell["memory_floor"]["us_per_request"] for cell in cells]
@@ -311,8 +302,6 @@ def plot(cells: list[dict], path: str) -> None:
     native_target = TARGETS["radix-core native"]
     goals = [cell["implementations"][BASELINE]["us_per_request"] / native_target for cell in cells]
     ax.hlines(goals, left, right, colors="red", linestyles="dotted", label=f"{BASELINE} / {native_target:g}")
-    labels = [cell_name(cell).replace("multi-turn-100k", "multi-turn").replace(", ", "\n", 1) for cell in cells]
-    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(cells))], labels, fontsize=7)
     ax.set_ylabel("µs per request (match + indices + insert + evict)")
     ax.set_yscale("log")
     ax.set_title("Prefix tree per request vs SGLang 0.5.23's default cache (Rust TreeCore), CPU")

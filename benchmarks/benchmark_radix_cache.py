@@ -41,6 +41,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 sglang_cpu_shim.install()
 
 import torch  # noqa: E402
+from _plot import speedup_bars  # noqa: E402
 from _report import report  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
@@ -204,22 +205,8 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    impls = list(IMPLEMENTATIONS)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / len(impls)
-    for i, impl in enumerate(impls):
-        values = [row["implementations"][impl]["us_per_request"] / 1000 for row in rows]
-        bars = ax.bar([x + i * width for x in range(len(rows))], values, width, label=impl)
-        for bar, row in zip(bars, rows):
-            speedup = row["implementations"][impl]["speedup"]
-            ax.annotate(
-                f"{speedup:.1f}x",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
-    ax.set_xticks([x + width * (len(impls) - 1) / 2 for x in range(len(rows))], [row["workload"] for row in rows])
+    speedup_bars(ax, rows, list(IMPLEMENTATIONS), [row["workload"] for row in rows], scale=1000)
     ax.set_ylabel("ms per request (match + insert), lower is better")
     ax.set_yscale("log")
     ax.set_title("EAGLE prefix cache per request: radix-core vs SGLang 0.5.23 RadixCache (CPU)")
