@@ -207,7 +207,7 @@ def plot(rows: list[dict], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     speedup_bars(ax, rows, list(IMPLEMENTATIONS), [row["workload"] for row in rows], scale=1000)
-    ax.set_ylabel("ms per request (match + insert), lower is better")
+    ax.set_ylabel("ms per request (match + indices + insert), lower is better")
     ax.set_yscale("log")
     ax.set_title("EAGLE prefix cache per request: radix-core vs SGLang 0.5.23 RadixCache (CPU)")
     ax.legend()
