@@ -6,8 +6,9 @@
     nox -s wheels tests-wheels                                    # what users install, 3.10-3.13
 
 Sessions use virtualenv/venv + pip (never uv): pip is what finds this machine's local CPU build of
-torch. SGLang environments (~2.4 GB each) are built once per release under .nox/ and shared by
-every session that needs that release; those sessions install or remove radix-native inside them.
+torch. One SGLang environment (~2.4 GB, .nox/sglang) is built once and shared by every session that
+needs SGLang: each switches it to its release (two small wheels) and installs or removes
+radix-native inside it. One environment, not one per release, halves the disk the test command needs.
 """
 
 from __future__ import annotations
@@ -242,6 +243,8 @@ def tests_wheels(session: nox.Session, py: str) -> None:
     session.run(*pip, "uninstall", "--yes", "radix-native", external=True)
     check_backend("python", "")
     run_tests("python", f"{CORE}/tests")
+    # Rebuilt from scratch by every run, so kept only when a step failed (3.11's holds torch, ~1 GB).
+    shutil.rmtree(venv)
 
 
 # ----- SGLang on CPU ----------------------------------------------------------------------------
@@ -261,34 +264,33 @@ SGLANG_CPU_DEPS = [
     "dill==0.4.1", "apache-tvm-ffi==0.1.11", "sentencepiece==0.2.1", "compressed-tensors==0.18.0",
     "loguru==0.7.3", "gguf==0.19.0",
 ]  # fmt: skip
-# What SGLang's request objects import besides (schedule_batch -> its OpenAI protocol module), with
-# the openai client each release pins.
+# What SGLang's request objects import besides (schedule_batch -> its OpenAI protocol module).
 OPENAI_PROTOCOL_DEPS = ["sniffio==1.3.1", "partial-json-parser==0.2.1.1.post7", "jiter==0.19.0", "distro==1.9.0"]
-SGLANG_RELEASES = {
-    "0.5.10": ["openai==2.6.1", *OPENAI_PROTOCOL_DEPS],
-    "0.5.23": ["openai==2.8.0", *OPENAI_PROTOCOL_DEPS],
-}
+# Each release, with the openai client it pins.
+SGLANG_RELEASES = {"0.5.10": "openai==2.6.1", "0.5.23": "openai==2.8.0"}
 NATIVE_WHEELS = ROOT / ".nox" / "_wheels"
 
 
 def sglang_python(session: nox.Session, release: str) -> str:
-    """The interpreter of the shared environment for one SGLang release, built if missing or stale."""
-    env_dir = ROOT / ".nox" / f"sglang-{release}"
+    """The interpreter of the shared SGLang environment, built if missing or stale, switched to
+    `release`: everything but the release's own wheels (sglang, openai) is common to all releases."""
+    env_dir = ROOT / ".nox" / "sglang"
     python = env_dir / "bin" / "python"
-    wanted = [TORCH, f"sglang=={release}", *SGLANG_CPU_DEPS, *SGLANG_RELEASES[release], *TEST_REQUIREMENTS]
+    common = [TORCH, *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *TEST_REQUIREMENTS]
     stamp = env_dir / "radix-requirements.txt"
-    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(wanted):
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(common):
         session.log(f"reusing {env_dir}")
-        return str(python)
-    shutil.rmtree(env_dir, ignore_errors=True)
-    session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
-    constraints = env_dir / "constraints.txt"
-    constraints.write_text(TORCH + "\n")
-    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", str(constraints)]
-    session.run(*pip, TORCH, external=True)
-    session.run(*pip, "--no-deps", f"sglang=={release}", *SGLANG_CPU_DEPS, *SGLANG_RELEASES[release], external=True)
-    session.run(*pip, *TEST_REQUIREMENTS, external=True)
-    stamp.write_text("\n".join(wanted))
+    else:
+        shutil.rmtree(env_dir, ignore_errors=True)
+        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
+        constraints = env_dir / "constraints.txt"
+        constraints.write_text(TORCH + "\n")
+        session.run(*pip, "-c", str(constraints), TORCH, external=True)
+        session.run(*pip, "--no-deps", *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, external=True)
+        session.run(*pip, "-c", str(constraints), *TEST_REQUIREMENTS, external=True)
+        stamp.write_text("\n".join(common))
+    session.run(*pip, "--no-deps", f"sglang=={release}", SGLANG_RELEASES[release], external=True)
     return str(python)
 
 
