@@ -6,8 +6,8 @@
     nox -s wheels tests-wheels                                    # what users install, 3.10-3.13
 
 Sessions use virtualenv/venv + pip (never uv): pip is what finds this machine's local CPU build of
-torch. One SGLang environment (~2.4 GB, .nox/sglang) is built once and shared by every session that
-needs SGLang: each switches it to its release (two small wheels) and installs or removes
+torch. One SGLang environment (~2 GB, .nox/sglang-cpu) is built once and shared by every session that
+needs SGLang: each switches it to its release (the sglang and openai wheels) and installs or removes
 radix-native inside it. One environment, not one per release, halves the disk the test command needs.
 """
 
@@ -274,7 +274,7 @@ NATIVE_WHEELS = ROOT / ".nox" / "_wheels"
 def sglang_python(session: nox.Session, release: str) -> str:
     """The interpreter of the shared SGLang environment, built if missing or stale, switched to
     `release`: everything but the release's own wheels (sglang, openai) is common to all releases."""
-    env_dir = ROOT / ".nox" / "sglang"
+    env_dir = ROOT / ".nox" / "sglang-cpu"
     python = env_dir / "bin" / "python"
     common = [TORCH, *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *TEST_REQUIREMENTS]
     stamp = env_dir / "radix-requirements.txt"
