@@ -6,9 +6,9 @@
     nox -s wheels tests-wheels                                    # what users install, 3.10-3.13
 
 Sessions use virtualenv/venv + pip (never uv): pip is what finds this machine's local CPU build of
-torch. One SGLang environment (~2 GB, .nox/sglang-cpu) is built once and shared by every session that
-needs SGLang: each switches it to its release (the sglang and openai wheels) and installs or removes
-radix-native inside it. One environment, not one per release, halves the disk the test command needs.
+torch. One SGLang environment (~2 GB, .nox/sglang-cpu) is built once and shared by every session
+that needs SGLang: each switches it to its release (the sglang and openai wheels) and installs or
+removes radix-native inside it. One environment, not one per release, saves the test command ~2 GB.
 """
 
 from __future__ import annotations

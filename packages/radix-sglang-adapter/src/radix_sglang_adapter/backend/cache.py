@@ -105,14 +105,14 @@ class RadixCoreCache(RadixCache):
         already; match the key again; rewrite the row from the tree; move the request's lock.
         Here nothing is done twice: the key is a window over the fill ids (SGLang copies them;
         the tree keeps a window of that array where a node covers at least half of it and copies
-        shorter parts, and SGLang only ever appends to it); both inserts follow the path the request already
-        holds (its locked ``last_node``, then the node just reached) instead of comparing those
-        tokens again, the prompt boundary is made with the new nodes, and the values start at
-        ``cache_protected_len`` (SGLang converts and compares the whole row at every chunk:
-        quadratic in the prompt); the second match is left out: it would only give the path the
-        inserts just marked used a newer access time, and no other node's time falls in between,
-        so every eviction order stays the same; the row is rewritten only over the duplicates
-        (past them the tree holds copies of the row); the lock moves in one walk.
+        shorter parts, and SGLang only ever appends to it); both inserts follow the path the
+        request already holds (its locked ``last_node``, then the node just reached) instead of
+        comparing those tokens again, the prompt boundary is made with the new nodes, and the
+        values start at ``cache_protected_len`` (SGLang converts and compares the whole row at
+        every chunk: quadratic in the prompt); the second match is left out: it would only give
+        the path the inserts just marked used a newer access time, and no other node's time falls
+        in between, so every eviction order stays the same; the row is rewritten only over the
+        duplicates (past them the tree holds copies of the row); the lock moves in one walk.
         """
         kv = req.kv
         key = self._request_key(req, up_to)
