@@ -2,6 +2,7 @@
 
     nox -s lint tests-pure tests-native                           # no SGLang needed
     nox -s tests-sglang tests-adapter-pure tests-adapter-native   # against real SGLang wheels (CPU)
+    nox -s tests-e2e                                              # SGLang's real HTTP server (CPU)
     nox -s bench                                                  # the main job
     nox -s wheels tests-wheels                                    # what users install, 3.10-3.13
 
@@ -266,6 +267,17 @@ SGLANG_CPU_DEPS = [
 ]  # fmt: skip
 # What SGLang's request objects import besides (schedule_batch -> its OpenAI protocol module).
 OPENAI_PROTOCOL_DEPS = ["sniffio==1.3.1", "partial-json-parser==0.2.1.1.post7", "jiter==0.19.0", "distro==1.9.0"]
+# What SGLang 0.5.23's HTTP server imports besides (found by starting it on this CPU), as pip
+# resolved them beside the pins above.
+SGLANG_SERVER_DEPS = [
+    "fastapi==0.165.0", "annotated-doc==0.0.7", "uvicorn==0.55.0", "click==8.5.1", "uvloop==0.23.0",
+    "watchfiles==1.3.0", "setproctitle==1.3.8", "interegular==0.3.3",
+    "python-multipart==0.0.34", "prometheus-client==0.26.0", "einops==0.8.2", "scipy==1.17.1",
+    "xxhash==4.1.0", "zstandard==0.25.0", "python-dateutil==2.9.0.post0", "six==1.17.0",
+    "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0", "rpds-py==2026.9.1",
+    "soundfile==0.13.1", "cffi==2.1.1", "pycparser==3.12", "xgrammar==0.2.7", "typer==0.29.2",
+    "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2", "shellingham==1.5.4", "opentelemetry-api==1.45.2",
+]  # fmt: skip
 # Each release, with the openai client it pins.
 SGLANG_RELEASES = {"0.5.10": "openai==2.6.1", "0.5.23": "openai==2.8.0"}
 NATIVE_WHEELS = ROOT / ".nox" / "_wheels"
@@ -276,7 +288,7 @@ def sglang_python(session: nox.Session, release: str) -> str:
     `release`: everything but the release's own wheels (sglang, openai) is common to all releases."""
     env_dir = ROOT / ".nox" / "sglang-cpu"
     python = env_dir / "bin" / "python"
-    common = [TORCH, *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *TEST_REQUIREMENTS]
+    common = [TORCH, *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *SGLANG_SERVER_DEPS, *TEST_REQUIREMENTS]
     stamp = env_dir / "radix-requirements.txt"
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(common):
@@ -287,7 +299,7 @@ def sglang_python(session: nox.Session, release: str) -> str:
         constraints = env_dir / "constraints.txt"
         constraints.write_text(TORCH + "\n")
         session.run(*pip, "-c", str(constraints), TORCH, external=True)
-        session.run(*pip, "--no-deps", *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, external=True)
+        session.run(*pip, "--no-deps", *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *SGLANG_SERVER_DEPS, external=True)
         session.run(*pip, "-c", str(constraints), *TEST_REQUIREMENTS, external=True)
         stamp.write_text("\n".join(common))
     session.run(*pip, "--no-deps", f"sglang=={release}", SGLANG_RELEASES[release], external=True)
@@ -320,7 +332,8 @@ def install_radix(session: nox.Session, python: str, native: bool) -> None:
 
 
 DIFFERENTIAL_TEST = f"{ADAPTER}/tests/test_radix_cache_vs_sglang.py"
-ADAPTER_TESTS = [f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST]
+END_TO_END_TESTS = f"{ADAPTER}/tests/e2e"
+ADAPTER_TESTS = [f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST, "--ignore", END_TO_END_TESTS]
 
 
 def run_sglang_tests(session: nox.Session, release: str, native: bool, tests: list[str]) -> None:
@@ -342,6 +355,14 @@ def tests_sglang(session: nox.Session) -> None:
 def tests_adapter(session: nox.Session, sglang: str) -> None:
     """The adapter in real SGLang wheels on CPU, without radix-native (-pure) or with it (-native)."""
     run_sglang_tests(session, sglang, session.name.startswith("tests-adapter-native"), ADAPTER_TESTS)
+
+
+@nox.session(name="tests-e2e", venv_backend="none")
+def tests_e2e(session: nox.Session) -> None:
+    """SGLang 0.5.23's real HTTP server on CPU (a dummy-weight tiny Llama), one server at a time:
+    --radix-cache-backend radix on radix-native and on radix-core's Python tree against SGLang's
+    default cache and the no-cache server, request by request (tests/e2e)."""
+    run_sglang_tests(session, "0.5.23", True, [END_TO_END_TESTS])
 
 
 @nox.session(name="bench-radix-cache", venv_backend="none")

@@ -1,0 +1,115 @@
+"""Test-only: the servers the end-to-end suite compares, each run once, and the checks between them.
+
+Every server gets the same request stream (greedy, fixed length). The no-cache server
+(``--disable-radix-cache``) is the reference for outputs; SGLang's default cache, with the same
+flags, is the reference for ``cached_tokens``; ``--radix-cache-backend radix`` must match both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import workloads
+from sglang_server import VOCAB, Server, ServerConfig, cache_impl, log_problems, radix_core_backend
+
+MAX_NEW_TOKENS = 8
+LOAD_CLIENTS = 32
+LOAD_NEW_TOKENS = 16
+DROPPED_EVERY = 4  # every 4th load request is streamed and dropped by its client mid-generation,
+DROPPED_NEW_TOKENS = 1000  # asking for more tokens than it can produce before SGLang aborts it
+ABORTED = "sglang:num_aborted_requests_total"
+
+
+@dataclasses.dataclass
+class Served:
+    """What one server answered, and its whole log."""
+
+    config: ServerConfig
+    outputs: list[tuple[int, ...]]
+    cached_tokens: list[int]
+    load_outputs: dict[int, tuple[int, ...]] | None
+    log: str
+    aborted: int | None = None
+
+
+def serve(config: ServerConfig, models: tuple[Path, Path], log: Path, load: str | None) -> Served:
+    """The sequential stream, then the load prompts: one after another (``load="sequential"``, the
+    reference), or from concurrent clients followed by a flush when idle (``"concurrent"``)."""
+    steps = workloads.sequential_stream(VOCAB)
+    outputs: list[tuple[int, ...]] = []
+    cached: list[int] = []
+    load_outputs = aborted = None
+    with Server(config, models, log) as server:
+        for _ in steps:
+            completion = server.generate(workloads.prompt_of(steps, outputs), MAX_NEW_TOKENS)
+            outputs.append(completion.output_ids)
+            cached.append(completion.cached_tokens)
+        if load == "sequential":
+            load_outputs = reference_load(server)
+        elif load == "concurrent":
+            load_outputs = run_load(server)
+            server.post("/flush_cache?timeout=60")  # waits for idle; non-200 (an error here) if never
+            # SGLang's idle check (strict: a leak is an error) runs before the scheduler sleeps;
+            # one more request after it proves the scheduler is still serving.
+            server.generate(workloads.load_prompts(VOCAB)[0], 1)
+            aborted = int(server.metric(ABORTED))
+    return Served(config, outputs, cached, load_outputs, server.log_text(), aborted)
+
+
+def reference_load(server: Server) -> dict[int, tuple[int, ...]]:
+    prompts = workloads.load_prompts(VOCAB)
+    return {i: server.generate(prompt, LOAD_NEW_TOKENS).output_ids for i, prompt in enumerate(prompts)}
+
+
+def run_load(server: Server) -> dict[int, tuple[int, ...]]:
+    """All load prompts from LOAD_CLIENTS concurrent clients; the completed requests' outputs."""
+    prompts = workloads.load_prompts(VOCAB)
+
+    def client(index: int) -> tuple[int, tuple[int, ...] | None]:
+        if index % DROPPED_EVERY == DROPPED_EVERY - 1:
+            server.generate_and_disconnect(prompts[index], DROPPED_NEW_TOKENS)
+            return index, None
+        return index, server.generate(prompts[index], LOAD_NEW_TOKENS).output_ids
+
+    with ThreadPoolExecutor(LOAD_CLIENTS) as pool:
+        answers = list(pool.map(client, range(len(prompts))))
+    return {index: output for index, output in answers if output is not None}
+
+
+def disagreements(served: Served, reference: Served, default_twin: Served | None) -> list[str]:
+    """Everything wrong with ``served``: log problems, the wrong cache, outputs unlike the no-cache
+    server's, cached tokens unlike SGLang's default cache's (for a radix server)."""
+    config = served.config
+    found = [f"log: {line}" for line in log_problems(served.log)]
+    impl = cache_impl(served.log)
+    if config.cache.startswith("radix-"):
+        if impl != "RadixCoreCache":
+            found.append(f"SGLang built {impl}, not RadixCoreCache")
+        expected_backend = config.cache.removeprefix("radix-")
+        if radix_core_backend(served.log) != expected_backend:
+            found.append(f"radix-core ran {radix_core_backend(served.log)}, not {expected_backend}")
+    elif config.cache == "default" and impl != "UnifiedRadixCache":
+        found.append(f"SGLang's default cache is {impl}, not UnifiedRadixCache")
+    found += [
+        f"request {i}: output {got} != no-cache {want}"
+        for i, (got, want) in enumerate(zip(served.outputs, reference.outputs, strict=True))
+        if got != want
+    ]
+    if default_twin is not None:
+        found += [
+            f"request {i}: cached_tokens {got} != SGLang default's {want}"
+            for i, (got, want) in enumerate(zip(served.cached_tokens, default_twin.cached_tokens, strict=True))
+            if got != want
+        ]
+    if served.load_outputs is not None:
+        dropped = len(reference.load_outputs) - len(served.load_outputs)
+        if served.aborted is not None and served.aborted < dropped:
+            found.append(f"{dropped} clients disconnected, SGLang aborted {served.aborted} requests")
+        found += [
+            f"load request {i}: output {got} != no-cache {reference.load_outputs[i]}"
+            for i, got in sorted(served.load_outputs.items())
+            if got != reference.load_outputs[i]
+        ]
+    return found

@@ -1,0 +1,253 @@
+"""Test-only: SGLang 0.5.23's real HTTP server on this CPU, one at a time, and what its log says.
+
+A server is ``python sglang_server_site/launch_sglang.py`` with a dummy-weight tiny Llama (the same
+weights on every start, so two servers' greedy outputs compare token for token); that directory's
+sitecustomize loads the CPU shims in every server process (see sglang_server_shims there). Used by
+the end-to-end tests and benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+SITE = Path(__file__).resolve().parent.parent / "sglang_server_site"
+VOCAB = 32000
+READY = "The server is fired up and ready to roll!"
+START_TIMEOUT_S = 180
+# A tiny float32 Llama: a CPU forward costs little, the cache sees real token ids and pages.
+TARGET_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 32,
+    "num_hidden_layers": 2,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+}
+EAGLE_DRAFT_CONFIG = {**TARGET_CONFIG, "architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1}
+
+
+def write_models(directory: Path) -> tuple[Path, Path]:
+    """The target model's and the EAGLE draft's directories (a config.json each) under ``directory``."""
+    paths = []
+    for name, config in (("target", TARGET_CONFIG), ("eagle-draft", EAGLE_DRAFT_CONFIG)):
+        path = directory / name
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps(config, indent=1))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """One server: which cache serves (``none`` = --disable-radix-cache, ``default`` = SGLang's own,
+    ``radix-native`` / ``radix-python`` = --radix-cache-backend radix on that radix-core backend)."""
+
+    cache: str
+    page_size: int = 1
+    max_total_tokens: int = 8192
+    chunked_prefill_size: int | None = None
+    max_running_requests: int = 8
+    speculative: str | None = None  # None, "EAGLE" or "STANDALONE"
+    flags: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        spec = f"-{self.speculative.lower()}" if self.speculative else ""
+        return f"{self.cache}-page{self.page_size}{spec}"
+
+    def arguments(self, target: Path, draft: Path, port: int) -> list[str]:
+        """The launcher's arguments. intel_amx is the CPU attention backend with an EAGLE draft
+        backend, kept by ``--fake-amx`` (see sglang_server_shims); plain serving uses torch_native."""
+        arguments = ["--fake-amx"] if self.speculative else []
+        arguments += [
+            *["--model-path", str(target), "--load-format", "dummy", "--device", "cpu"],
+            *["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--dtype", "float32"],
+            *["--grammar-backend", "none", "--host", "127.0.0.1", "--port", str(port)],
+            *["--attention-backend", "intel_amx" if self.speculative else "torch_native"],
+            *["--max-total-tokens", str(self.max_total_tokens), "--page-size", str(self.page_size)],
+            *["--max-running-requests", str(self.max_running_requests)],
+            *["--random-seed", "0", "--sleep-on-idle", "--disable-cuda-graph"],
+        ]
+        if self.chunked_prefill_size is not None:
+            arguments += ["--chunked-prefill-size", str(self.chunked_prefill_size)]
+        if self.cache == "none":
+            arguments.append("--disable-radix-cache")
+        elif self.cache.startswith("radix-"):
+            arguments += ["--radix-cache-backend", "radix"]
+        if self.speculative:
+            draft_model = draft if self.speculative == "EAGLE" else target  # STANDALONE: its own draft
+            arguments += ["--speculative-algorithm", self.speculative]
+            arguments += [
+                "--speculative-draft-model-path",
+                str(draft_model),
+                "--speculative-draft-load-format",
+                "dummy",
+            ]
+            arguments += ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1"]
+            arguments += ["--speculative-num-draft-tokens", "3"]
+        return arguments + list(self.flags)
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            "SGLANG_USE_CPU_ENGINE": "1",  # SGLang's is_cpu() is False without it
+            "OMP_NUM_THREADS": "1",  # two servers' worth of threads on two cores make timings swing
+            "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",  # a KV leak at idle is an error
+            **dict(self.env),
+        }
+        if self.cache.startswith("radix-"):
+            env["RADIX_CORE_BACKEND"] = self.cache.removeprefix("radix-")
+        return env
+
+
+class ServerFailed(RuntimeError):
+    """The server exited or never became ready; the message ends with its log's last lines."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    """A running server: ``with Server(config, models, log) as server: server.generate(...)``."""
+
+    def __init__(self, config: ServerConfig, models: tuple[Path, Path], log: Path):
+        self.config = config
+        self.models = models
+        self.log = log
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Server:
+        self.log.unlink(missing_ok=True)  # never read a previous run's "fired up"
+        command = [sys.executable, str(SITE / "launch_sglang.py"), *self.config.arguments(*self.models, self.port)]
+        env = self.config.environment()
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while READY not in self.log_text():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise ServerFailed(f"{self.config.name} did not start:\n{self.log_tail()}")
+            time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """SIGTERM to the launcher only: a signal to its whole group reads as a scheduler crash."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(os.getpgid(self.process.pid), signal.SIGKILL)
+            self.process.wait()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def post(self, path: str, payload: dict | None = None, timeout: float = 300) -> dict:
+        data = json.dumps(payload or {}).encode()
+        request = urllib.request.Request(self.url(path), data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                body = response.read()
+        except OSError as exc:  # HTTP errors and dropped connections (a crashed scheduler)
+            raise ServerFailed(f"{self.config.name}: POST {path} failed ({exc}):\n{self.log_tail()}") from exc
+        return json.loads(body) if body.strip().startswith((b"{", b"[")) else {"text": body.decode()}
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def metric(self, name: str) -> float:
+        """A Prometheus counter's total over its labels (the server needs ``--enable-metrics``)."""
+        with urllib.request.urlopen(self.url("/metrics"), timeout=60) as response:
+            lines = response.read().decode().splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
+
+    def generate(self, input_ids: list[int], max_new_tokens: int) -> Completion:
+        answer = self.post("/generate", request_body(input_ids, max_new_tokens))
+        return Completion(tuple(answer["output_ids"]), answer["meta_info"]["cached_tokens"])
+
+    def generate_and_disconnect(self, input_ids: list[int], max_new_tokens: int) -> None:
+        """A streaming request the client drops after its first token: the server aborts it
+        (SGLang does so 2 s after the disconnect, if the request is still running)."""
+        body = json.dumps({**request_body(input_ids, max_new_tokens), "stream": True}).encode()
+        request = urllib.request.Request(self.url("/generate"), data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as response:
+            response.readline()
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    output_ids: tuple[int, ...]
+    cached_tokens: int
+
+
+def request_body(input_ids: list[int], max_new_tokens: int) -> dict:
+    """Greedy, a fixed length (no stop token), so two servers' outputs compare token for token."""
+    sampling = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
+    return {"input_ids": list(input_ids), "sampling_params": sampling}
+
+
+# ----- What a server's log says -------------------------------------------------------------------
+
+CACHE_LINE = re.compile(r"Tree cache initialized: source=(\S+) impl=(\w+)")
+RADIX_CORE_LINE = re.compile(r"the prefix cache runs on radix-core (\w+)")
+# SGLang's log names no level: lines like these mean something went wrong, unless known benign.
+PROBLEM = re.compile(r"Traceback|Error|Exception|memory leak detected|double free|use-after-free")
+BENIGN_ON_THIS_CPU = (
+    "Ignore import error when loading sglang.srt.models.",  # models needing kernels a Llama does not
+    "OpenAI Responses API (/v1/responses) disabled",  # openai_harmony is not installed
+)
+
+
+def cache_impl(log: str) -> str | None:
+    """The class SGLang built as its tree cache, from its "Tree cache initialized" line."""
+    found = CACHE_LINE.search(log)
+    return found.group(2) if found else None
+
+
+def radix_core_backend(log: str) -> str | None:
+    """The radix-core backend ("native" or "python") the adapter's backend reported at build."""
+    found = RADIX_CORE_LINE.search(log)
+    return found.group(1) if found else None
+
+
+def log_problems(log: str) -> list[str]:
+    return [
+        line
+        for line in log.splitlines()
+        if PROBLEM.search(line) and not any(benign in line for benign in BENIGN_ON_THIS_CPU)
+    ]

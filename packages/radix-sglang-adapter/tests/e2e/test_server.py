@@ -1,0 +1,80 @@
+"""SGLang 0.5.23's real HTTP server, on its own cache and on ``--radix-cache-backend radix``.
+
+Servers start one at a time and each runs once per session (``fleet``); a test names the server
+it checks and the servers it compares with. ``nox -s tests-e2e`` runs this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from fleet import Served, disagreements, serve
+from sglang_server import Server, ServerConfig, ServerFailed, write_models
+
+RETRACT_OFTEN = (("SGLANG_TEST_RETRACT", "1"), ("SGLANG_TEST_RETRACT_INTERVAL", "5"))
+# Page 16, a pool of 64 pages for prompts of up to 320 tokens, prefill in chunks of 64.
+EVICTING = {"page_size": 16, "max_total_tokens": 1024, "chunked_prefill_size": 64}
+
+REFERENCE = ServerConfig("none")
+LOADED = {
+    ServerConfig(cache, **EVICTING, flags=("--enable-metrics",), env=RETRACT_OFTEN)
+    for cache in ("default", "radix-native", "radix-python")
+}
+CHECKED = [
+    # 1. sequential chats, branches and trace prompts, page 1
+    ServerConfig("default"),
+    ServerConfig("radix-native"),
+    # 2 and 4. page 16, an evicting pool, chunked prefill; then 32 clients, retraction, aborts, flush
+    *sorted(LOADED, key=lambda config: config.cache),
+    # 3. speculative decoding: EAGLE (bigram keys) at page 1 and 16, STANDALONE (drafts accepted)
+    ServerConfig("default", speculative="EAGLE"),
+    ServerConfig("radix-native", speculative="EAGLE"),
+    ServerConfig("default", page_size=16, speculative="EAGLE"),
+    ServerConfig("radix-native", page_size=16, speculative="EAGLE"),
+    ServerConfig("radix-python", page_size=16, speculative="EAGLE"),
+    ServerConfig("default", speculative="STANDALONE"),
+    ServerConfig("radix-native", speculative="STANDALONE"),
+]
+
+
+class Fleet:
+    """Each configuration served once per session, on demand, one server at a time."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.models = write_models(directory / "models")
+        self.served: dict[ServerConfig, Served] = {}
+
+    def __call__(self, config: ServerConfig) -> Served:
+        if config not in self.served:
+            load = "sequential" if config == REFERENCE else "concurrent" if config in LOADED else None
+            self.served[config] = serve(config, self.models, self.log_path(config.name), load)
+        return self.served[config]
+
+    def log_path(self, name: str):
+        return self.directory / f"{name}.log"
+
+
+@pytest.fixture(scope="session")
+def fleet(tmp_path_factory) -> Fleet:
+    return Fleet(tmp_path_factory.mktemp("e2e"))
+
+
+@pytest.mark.parametrize("config", CHECKED, ids=lambda config: config.name)
+def test_serves_like_sglang(fleet: Fleet, config: ServerConfig) -> None:
+    """Outputs equal the no-cache server's, request by request (under load too); a radix server's
+    cached tokens equal SGLang's default cache's with the same flags; a clean log."""
+    reference = fleet(REFERENCE)
+    default_twin = fleet(dataclasses.replace(config, cache="default")) if config.cache != "default" else None
+    served = fleet(config)
+    found = disagreements(served, reference, default_twin)
+    assert not found, f"{config.name} (log: {fleet.log_path(config.name)}):\n" + "\n".join(found[:20])
+
+
+def test_kill_switch_refuses_to_start(fleet: Fleet) -> None:
+    """RADIX_SGLANG_ADAPTER_DISABLE=1: the backend is not registered, and SGLang says so at start."""
+    config = ServerConfig("radix-native", env=(("RADIX_SGLANG_ADAPTER_DISABLE", "1"),))
+    with pytest.raises(ServerFailed) as failed, Server(config, fleet.models, fleet.log_path("kill-switch")):
+        pass
+    assert "--radix-cache-backend='radix' is not registered" in str(failed.value)

@@ -1,0 +1,5 @@
+"""Test-only: loads the server shims in every process of a test server (see sglang_server_shims)."""
+
+import sglang_server_shims
+
+sglang_server_shims.install()
