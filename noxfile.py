@@ -372,6 +372,18 @@ def tests_e2e(session: nox.Session) -> None:
     run_sglang_tests(session, "0.5.23", True, [END_TO_END_TESTS])
 
 
+@nox.session(name="bench-e2e", venv_backend="none")
+def bench_e2e(session: nox.Session) -> None:
+    """SGLang 0.5.23's real HTTP server on CPU on the Mooncake trace: its default cache vs
+    --radix-cache-backend radix (native, pure), EAGLE off and on; the scheduler's CPU per request
+    outside the forward and in the cache, TTFT, throughput; writes the plot."""
+    python = sglang_python(session, "0.5.23")
+    install_radix(session, python, native=True)
+    session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
+    args = session.posargs or ["--plot", "docs/e2e_benchmark.png"]
+    session.run(python, "-W", "ignore", "benchmarks/benchmark_e2e.py", *args, external=True)
+
+
 @nox.session(name="bench-radix-cache", venv_backend="none")
 def bench_radix_cache(session: nox.Session) -> None:
     """radix-core (pure, native) vs SGLang 0.5.23's RadixCache on EAGLE workloads; writes the plot."""

@@ -1,0 +1,242 @@
+"""End to end: SGLang 0.5.23's real HTTP server on this CPU, on its default cache and on radix-core.
+
+Starts the real server (``python -m sglang.launch_server`` with the test-only CPU shims of
+``packages/radix-sglang-adapter/tests``: a dummy-weight tiny Llama, torch on 1 thread, one server
+at a time) for each cache, EAGLE off and on:
+
+    SGLang default   what SGLang builds without the flag (UnifiedRadixCache, Rust TreeCore)
+    radix native     --radix-cache-backend radix, radix-core native
+    radix pure       --radix-cache-backend radix, radix-core's Python tree
+
+and replays prompts of the bundled Mooncake trace (each 512-token hash block scaled to
+``--block-tokens`` tokens, at most ``--max-blocks`` blocks, so the trace's prefix sharing survives
+at a size a CPU forward serves quickly) from ``--concurrency`` streaming clients, ``--new-tokens``
+greedy tokens each: the first ``--warm`` requests untimed (they fill the tree, as a server's
+history does, and warm the process), then the next ``--requests`` timed. The KV pool holds
+every prompt (no eviction).
+
+Per request, measured inside the scheduler process (benchmarks/e2e_probe: thread CPU time of the
+scheduler's one thread, gc on):
+- scheduler CPU outside the forward: everything the scheduler's thread does but the model's
+  forward and sampling and the test-only stand-ins for SGLang's CPU kernels (EAGLE's tree ops,
+  device kernels on a GPU server): the loop, batching, request bookkeeping, the cache;
+- in the cache: inside the tree cache's public methods;
+and from the clients: TTFT p50/p99, requests/s, and the cached-token share (cached / prompt
+tokens). Ratios are SGLang default over each radix cache, per round; rounds rotate the order.
+The model is tiny, so its forward is cheap but not free: the scheduler's own work is what the
+cache can change, and is reported apart from it.
+
+    python benchmarks/benchmark_e2e.py [--requests N] [--rounds R] [--json FILE] [--plot FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).resolve().parent / "e2e_probe"
+sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests" / "e2e"))
+
+from _report import cpu_model  # noqa: E402
+from sglang_server import SITE, VOCAB, Server, ServerConfig, request_body, write_models  # noqa: E402
+from workloads import trace_prompts  # noqa: E402
+
+CACHES = {"SGLang default": "default", "radix native": "radix-native", "radix pure": "radix-python"}
+RADIX = [name for name in CACHES if name != "SGLang default"]
+MODES = {"plain": None, "EAGLE": "EAGLE"}
+METRICS = ("outside_forward_ms", "cache_ms", "ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_share")
+SHOWN_APART = ("forward_ms", "stand_in_kernels_ms")  # the scheduler's thread time left out of "outside"
+
+
+def stream_request(server: Server, prompt: list[int], new_tokens: int) -> dict:
+    """One streaming /generate: time to the first chunk, to the last, and the final meta_info."""
+    body = json.dumps({**request_body(prompt, new_tokens), "stream": True}).encode()
+    request = urllib.request.Request(server.url("/generate"), data=body, headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    first = last = None
+    with urllib.request.urlopen(request, timeout=600) as response:
+        for line in response:
+            if line.startswith(b"data: {"):
+                first = first or time.perf_counter()
+                last = json.loads(line[len(b"data: ") :])
+    if last is None:
+        raise RuntimeError(f"no chunk from {server.config.name}")
+    return {"ttft_s": first - start, "cached": last["meta_info"]["cached_tokens"], "prompt": len(prompt)}
+
+
+def replay(server: Server, prompts: list[list[int]], concurrency: int, new_tokens: int) -> tuple[list[dict], float]:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        answers = list(pool.map(lambda prompt: stream_request(server, prompt, new_tokens), prompts))
+    return answers, time.perf_counter() - start
+
+
+def scheduler_counts(server: Server, probe_dir: Path) -> dict:
+    """The scheduler's counters, written when it went idle after this call began (the server
+    info request wakes it, so it goes idle again even if it already was)."""
+    asked = time.time()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        urllib.request.urlopen(server.url("/server_info"), timeout=60).read()
+        files = glob.glob(str(probe_dir / "scheduler-*.json"))
+        if len(files) == 1:
+            counts = json.loads(Path(files[0]).read_text())
+            if counts["written_at"] > asked:
+                return counts
+        time.sleep(0.2)
+    raise RuntimeError(f"the scheduler wrote no counters in {probe_dir}")
+
+
+def run_one(config: ServerConfig, models, warm: list[list[int]], prompts: list[list[int]], args, work: Path) -> dict:
+    probe_dir = Path(tempfile.mkdtemp(dir=work))
+    env = {"PYTHONPATH": os.pathsep.join([str(PROBE), str(SITE)]), "RADIX_E2E_PROBE_DIR": str(probe_dir)}
+    config = dataclasses.replace(config, env=tuple(env.items()))
+    with Server(config, models, work / f"{config.name}.log") as server:
+        replay(server, warm, args.concurrency, args.new_tokens)
+        before = scheduler_counts(server, probe_dir)
+        answers, seconds = replay(server, prompts, args.concurrency, args.new_tokens)
+        after = scheduler_counts(server, probe_dir)
+    requests = len(prompts)
+    delta = {key: after[key] - before[key] for key in ("thread_s", "forward_s", "stand_in_kernels_s", "cache_s")}
+    outside = delta["thread_s"] - delta["forward_s"] - delta["stand_in_kernels_s"]
+    ttfts = sorted(answer["ttft_s"] for answer in answers)
+    return {
+        "outside_forward_ms": 1e3 * outside / requests,
+        "forward_ms": 1e3 * delta["forward_s"] / requests,
+        "stand_in_kernels_ms": 1e3 * delta["stand_in_kernels_s"] / requests,
+        "cache_ms": 1e3 * delta["cache_s"] / requests,
+        "ttft_p50_ms": 1e3 * statistics.median(ttfts),
+        "ttft_p99_ms": 1e3 * ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))],
+        "requests_per_s": requests / seconds,
+        "cached_share": sum(answer["cached"] for answer in answers) / sum(answer["prompt"] for answer in answers),
+    }
+
+
+def summarize(runs: dict[str, dict[str, list[dict]]]) -> list[dict]:
+    """Per mode and cache: the median of each metric over rounds, and per radix cache the median
+    (and range) over rounds of SGLang default's time / its time."""
+    rows = []
+    for mode, by_cache in runs.items():
+        row = {"mode": mode, "caches": {}}
+        for name, rounds in by_cache.items():
+            medians = {metric: statistics.median(run[metric] for run in rounds) for metric in [*METRICS, *SHOWN_APART]}
+            row["caches"][name] = medians
+        for name in RADIX:
+            for metric in ("outside_forward_ms", "cache_ms"):
+                ratios = [
+                    default[metric] / radix[metric]
+                    for default, radix in zip(by_cache["SGLang default"], by_cache[name], strict=True)
+                ]
+                row["caches"][name][f"{metric}_ratio"] = statistics.median(ratios)
+                row["caches"][name][f"{metric}_ratio_range"] = [min(ratios), max(ratios)]
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    header = (
+        f"{'mode':6} {'cache':15} {'outside fwd ms':>15} {'x default':>10} {'cache ms':>9} {'x default':>10} "
+        f"{'fwd ms':>7} {'stand-in':>8} {'TTFT p50':>9} {'p99':>7} {'req/s':>6} {'cached':>7}"
+    )
+    print(header)
+    for row in rows:
+        for name, cell in row["caches"].items():
+            ratios = [
+                f"{cell[f'{metric}_ratio']:.2f}x" if f"{metric}_ratio" in cell else ""
+                for metric in ("outside_forward_ms", "cache_ms")
+            ]
+            print(
+                f"{row['mode']:6} {name:15} {cell['outside_forward_ms']:15.3f} {ratios[0]:>10} "
+                f"{cell['cache_ms']:9.3f} {ratios[1]:>10} {cell['forward_ms']:7.2f} {cell['stand_in_kernels_ms']:8.2f} "
+                f"{cell['ttft_p50_ms']:9.1f} "
+                f"{cell['ttft_p99_ms']:7.1f} {cell['requests_per_s']:6.1f} {cell['cached_share']:7.1%}"
+            )
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from _plot import speedup_bars
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    parts = (("outside_forward_ms", "scheduler CPU outside the forward"), ("cache_ms", "in the tree cache"))
+    for ax, (metric, title) in zip(axes, parts):
+        groups = [
+            {
+                "implementations": {
+                    name: {"us_per_request": cell[metric], "speedup": cell.get(f"{metric}_ratio", 1.0)}
+                    for name, cell in row["caches"].items()
+                }
+            }
+            for row in rows
+        ]
+        speedup_bars(ax, groups, list(CACHES), [row["mode"] for row in rows])
+        ax.set_ylabel("ms of CPU per request")
+        ax.set_title(title)
+    axes[0].legend()
+    fig.suptitle("SGLang 0.5.23's server on the Mooncake trace (labels: SGLang default's time / each cache's)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warm", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=8)
+    parser.add_argument("--block-tokens", type=int, default=16)
+    parser.add_argument("--max-blocks", type=int, default=64)
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--plot", metavar="FILE")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    models = write_models(work / "models")
+    trace = trace_prompts(args.warm + args.requests, VOCAB, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
+    warm, prompts = trace[: args.warm], trace[args.warm :]
+    tokens = sum(map(len, trace))
+    print(f"{cpu_model()}, Python {platform.python_version()}, logs in {work}")
+    print(f"{len(warm)} + {len(prompts)} timed trace prompts, {tokens} prompt tokens, concurrency {args.concurrency}")
+    pool = 2 * args.concurrency * (args.block_tokens * args.max_blocks + args.new_tokens) + tokens
+    runs: dict[str, dict[str, list[dict]]] = {mode: {name: [] for name in CACHES} for mode in MODES}
+    names = list(CACHES)
+    for round_index in range(args.rounds):
+        for mode, speculative in MODES.items():
+            order = names[round_index % len(names) :] + names[: round_index % len(names)]
+            for name in order:
+                config = ServerConfig(
+                    CACHES[name], max_total_tokens=pool, max_running_requests=args.concurrency, speculative=speculative
+                )
+                result = run_one(config, models, warm, prompts, args, work)
+                runs[mode][name].append(result)
+                print(
+                    f"round {round_index + 1} {mode:5} {name:15} "
+                    + json.dumps({k: round(v, 4) for k, v in result.items()})
+                )
+    rows = summarize(runs)
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "runs": runs}, indent=1))
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
