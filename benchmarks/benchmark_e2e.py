@@ -20,7 +20,8 @@ scheduler's one thread, gc on):
 - scheduler CPU outside the forward: everything the scheduler's thread does but the model's
   forward and sampling and the test-only stand-ins for SGLang's CPU kernels (EAGLE's tree ops,
   device kernels on a GPU server): the loop, batching, request bookkeeping, the cache;
-- in the cache: inside the tree cache's public methods;
+- in the cache: inside the tree cache's public methods, less the probe's own time per call
+  (measured in the scheduler at start, a function that does nothing);
 and from the clients: TTFT p50/p99, requests/s, and the cached-token share (cached / prompt
 tokens). Ratios are SGLang default over each radix cache, per round; rounds rotate the order.
 The model is tiny, so its forward is cheap but not free: the scheduler's own work is what the
@@ -109,18 +110,33 @@ def run_one(config: ServerConfig, models, warm: list[list[int]], prompts: list[l
         answers, seconds = replay(server, prompts, args.concurrency, args.new_tokens)
         after = scheduler_counts(server, probe_dir)
     requests = len(prompts)
-    delta = {key: after[key] - before[key] for key in ("thread_s", "forward_s", "stand_in_kernels_s", "cache_s")}
+    delta = {key: after[key] - before[key] for key in ("thread_s", "forward_s", "stand_in_kernels_s")}
     outside = delta["thread_s"] - delta["forward_s"] - delta["stand_in_kernels_s"]
     ttfts = sorted(answer["ttft_s"] for answer in answers)
+    bias = after["probe_s_per_call"]  # what the probe records for a call that does nothing
+    methods = {
+        name: (
+            spent - before["cache_methods"].get(name, [0.0, 0])[0] - bias * calls_made,
+            calls_made,
+        )
+        for name, (spent, calls) in after["cache_methods"].items()
+        if (calls_made := calls - before["cache_methods"].get(name, [0, 0])[1])
+    }
+    cache_s = sum(spent for spent, _ in methods.values())
     return {
         "outside_forward_ms": 1e3 * outside / requests,
         "forward_ms": 1e3 * delta["forward_s"] / requests,
         "stand_in_kernels_ms": 1e3 * delta["stand_in_kernels_s"] / requests,
-        "cache_ms": 1e3 * delta["cache_s"] / requests,
+        "cache_ms": 1e3 * cache_s / requests,
+        "probe_us_per_call": 1e6 * bias,
         "ttft_p50_ms": 1e3 * statistics.median(ttfts),
         "ttft_p99_ms": 1e3 * ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))],
         "requests_per_s": requests / seconds,
         "cached_share": sum(answer["cached"] for answer in answers) / sum(answer["prompt"] for answer in answers),
+        "cache_us_by_method": {
+            name: {"us_per_request": 1e6 * spent / requests, "calls_per_request": calls / requests}
+            for name, (spent, calls) in sorted(methods.items(), key=lambda item: -item[1][0])
+        },
     }
 
 
@@ -132,6 +148,13 @@ def summarize(runs: dict[str, dict[str, list[dict]]]) -> list[dict]:
         row = {"mode": mode, "caches": {}}
         for name, rounds in by_cache.items():
             medians = {metric: statistics.median(run[metric] for run in rounds) for metric in [*METRICS, *SHOWN_APART]}
+            methods = {method for run in rounds for method in run["cache_us_by_method"]}
+            medians["cache_us_by_method"] = {
+                method: statistics.median(
+                    run["cache_us_by_method"].get(method, {"us_per_request": 0.0})["us_per_request"] for run in rounds
+                )
+                for method in methods
+            }
             row["caches"][name] = medians
         for name in RADIX:
             for metric in ("outside_forward_ms", "cache_ms"):
@@ -163,6 +186,14 @@ def print_table(rows: list[dict]) -> None:
                 f"{cell['ttft_p50_ms']:9.1f} "
                 f"{cell['ttft_p99_ms']:7.1f} {cell['requests_per_s']:6.1f} {cell['cached_share']:7.1%}"
             )
+
+
+def print_methods(rows: list[dict], shown: int = 6) -> None:
+    print(f"in the cache, by method: us per request (median over rounds), the {shown} largest")
+    for row in rows:
+        for name, cell in row["caches"].items():
+            largest = sorted(cell["cache_us_by_method"].items(), key=lambda item: -item[1])[:shown]
+            print(f"{row['mode']:6} {name:15} " + ", ".join(f"{method} {us:.1f}" for method, us in largest))
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -227,10 +258,11 @@ def main() -> int:
                 runs[mode][name].append(result)
                 print(
                     f"round {round_index + 1} {mode:5} {name:15} "
-                    + json.dumps({k: round(v, 4) for k, v in result.items()})
+                    + json.dumps({k: round(v, 4) for k, v in result.items() if isinstance(v, float)})
                 )
     rows = summarize(runs)
     print_table(rows)
+    print_methods(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "runs": runs}, indent=1))
     if args.plot:

@@ -8,7 +8,8 @@ torch pinned to 1 thread) is split into:
 - cache: inside any public method of the tree cache's class;
 - stand-in kernels: inside the test-only ``sgl_kernel`` stand-in's functions (EAGLE's tree ops in
   Python, where a GPU server runs device kernels: not SGLang's own CPU cost);
-each call counted in the part of the outermost timed call it runs in;
+each call counted in the part of the outermost timed call it runs in, less the probe's own time
+per call (measured at start on a function that does nothing: ``probe_s_per_call``);
 and written as JSON to ``$RADIX_E2E_PROBE_DIR/scheduler-<pid>.json`` whenever the scheduler goes
 idle (any message wakes it: a record written after a workload's end counts all of it).
 """
@@ -25,7 +26,8 @@ import sglang_server_shims
 
 sglang_server_shims.install()
 
-COUNTS = {"forward_s": 0.0, "cache_s": 0.0, "stand_in_kernels_s": 0.0, "cache_calls": 0}
+COUNTS = {"forward_s": 0.0, "cache_s": 0.0, "stand_in_kernels_s": 0.0}
+CACHE_METHODS: dict[str, list] = {}  # name -> [seconds, calls], the cache's part by method
 _inside = [False]  # a timed call is running: calls under it are counted in its part
 
 
@@ -41,12 +43,24 @@ def _timed(part: str, function):
         try:
             return function(*args, **kwargs)
         finally:
-            COUNTS[f"{part}_s"] += time.thread_time() - start
+            spent = time.thread_time() - start
+            COUNTS[f"{part}_s"] += spent
             _inside[0] = False
             if part == "cache":
-                COUNTS["cache_calls"] += 1
+                method = CACHE_METHODS.setdefault(function.__name__, [0.0, 0])
+                method[0] += spent
+                method[1] += 1
 
     return timed
+
+
+def _probe_s_per_call(calls: int = 20_000) -> float:
+    """What the probe records for a call of a function that does nothing."""
+    noop = _timed("calibration", lambda: None)
+    COUNTS["calibration_s"] = 0.0
+    for _ in range(calls):
+        noop()
+    return COUNTS.pop("calibration_s") / calls
 
 
 def _time_model_runner(module) -> None:
@@ -81,7 +95,8 @@ def _write_when_idle(module) -> None:
 
     @functools.wraps(on_idle)
     def on_idle_written(self):
-        record = {**COUNTS, "thread_s": time.thread_time(), "written_at": time.time()}
+        record = {**COUNTS, "cache_methods": CACHE_METHODS, "probe_s_per_call": PROBE_S_PER_CALL}
+        record.update(thread_s=time.thread_time(), written_at=time.time())
         with open(path + ".tmp", "w") as out:
             json.dump(record, out)
         os.replace(path + ".tmp", path)
@@ -91,6 +106,7 @@ def _write_when_idle(module) -> None:
 
 
 if os.environ.get("RADIX_E2E_PROBE_DIR"):
+    PROBE_S_PER_CALL = _probe_s_per_call()
     sglang_server_shims.patch_after_import("sglang.srt.model_executor.model_runner", _time_model_runner)
     sglang_server_shims.patch_after_import("sglang.srt.mem_cache.registry", _time_tree_cache)
     sglang_server_shims.patch_after_import("sglang.srt.managers.scheduler", _write_when_idle)
