@@ -22,6 +22,15 @@ from torch.nn.functional import scaled_dot_product_attention
 # --- request-to-token table and KV cache moves ------------------------------------------------
 
 
+def _request_spans(req_pool_indices: torch.Tensor, start_offset: torch.Tensor, end_offset: torch.Tensor):
+    """Per request: its ``req_to_token`` row, the columns ``[start, end)`` there, and the slice of
+    the flat location list that holds them (requests laid out one after another)."""
+    taken = 0
+    for row, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
+        yield row, slice(start, end), slice(taken, taken + end - start)
+        taken += end - start
+
+
 def assign_req_to_token_pool_cpu(
     req_pool_indices: torch.Tensor,
     req_to_token: torch.Tensor,
@@ -33,10 +42,8 @@ def assign_req_to_token_pool_cpu(
     """Row ``req_pool_indices[i]`` of ``req_to_token``, columns ``[start_i, end_i)``, takes the
     next ``end_i - start_i`` locations of ``out_cache_loc`` (requests laid out one after another)."""
     del pool_len  # the row width, which req_to_token's shape already gives
-    taken = 0
-    for row, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
-        req_to_token[row, start:end] = out_cache_loc[taken : taken + end - start]
-        taken += end - start
+    for row, columns, flat in _request_spans(req_pool_indices, start_offset, end_offset):
+        req_to_token[row, columns] = out_cache_loc[flat]
 
 
 def assign_extend_cache_locs_cpu(
@@ -51,10 +58,8 @@ def assign_extend_cache_locs_cpu(
     request, the locations in row ``req_pool_indices[i]`` of ``req_to_token``, columns
     ``[start_i, end_i)``."""
     del pool_len
-    taken = 0
-    for row, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist()):
-        out_cache_loc[taken : taken + end - start] = req_to_token[row, start:end]
-        taken += end - start
+    for row, columns, flat in _request_spans(req_pool_indices, start_offset, end_offset):
+        out_cache_loc[flat] = req_to_token[row, columns]
 
 
 def assign_draft_cache_locs_contiguous_cpu(
