@@ -38,6 +38,7 @@ def serve(config: ServerConfig, models: tuple[Path, Path], log: Path, load: str 
     """The sequential stream, then the load prompts: one after another (``load="sequential"``, the
     reference), or from concurrent clients followed by a flush when idle (``"concurrent"``)."""
     steps = workloads.sequential_stream(VOCAB)
+    prompts = workloads.load_prompts(VOCAB)
     outputs: list[tuple[int, ...]] = []
     cached: list[int] = []
     load_outputs = aborted = None
@@ -47,25 +48,24 @@ def serve(config: ServerConfig, models: tuple[Path, Path], log: Path, load: str 
             outputs.append(completion.output_ids)
             cached.append(completion.cached_tokens)
         if load == "sequential":
-            load_outputs = reference_load(server)
+            load_outputs = reference_load(server, prompts)
         elif load == "concurrent":
-            load_outputs = run_load(server)
+            load_outputs = run_load(server, prompts)
             server.post("/flush_cache?timeout=60")  # waits for idle; non-200 (an error here) if never
             # SGLang's idle check (strict: a leak is an error) runs before the scheduler sleeps;
             # one more request after it proves the scheduler is still serving.
-            server.generate(workloads.load_prompts(VOCAB)[0], 1)
+            server.generate(prompts[0], 1)
             aborted = int(server.metric(ABORTED))
     return Served(config, outputs, cached, load_outputs, server.log_text(), aborted)
 
 
-def reference_load(server: Server) -> dict[int, tuple[int, ...]]:
-    prompts = workloads.load_prompts(VOCAB)
+def reference_load(server: Server, prompts: list[list[int]]) -> dict[int, tuple[int, ...]]:
+    """The load prompts one after another, no client dropped: the reference outputs."""
     return {i: server.generate(prompt, LOAD_NEW_TOKENS).output_ids for i, prompt in enumerate(prompts)}
 
 
-def run_load(server: Server) -> dict[int, tuple[int, ...]]:
-    """All load prompts from LOAD_CLIENTS concurrent clients; the completed requests' outputs."""
-    prompts = workloads.load_prompts(VOCAB)
+def run_load(server: Server, prompts: list[list[int]]) -> dict[int, tuple[int, ...]]:
+    """``prompts`` from LOAD_CLIENTS concurrent clients; the completed requests' outputs."""
 
     def client(index: int) -> tuple[int, tuple[int, ...] | None]:
         if index % DROPPED_EVERY == DROPPED_EVERY - 1:
