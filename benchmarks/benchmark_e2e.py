@@ -51,7 +51,7 @@ PROBE = Path(__file__).resolve().parent / "e2e_probe"
 sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests" / "e2e"))
 
 from _report import cpu_model  # noqa: E402
-from sglang_server import SITE, VOCAB, Server, ServerConfig, request_body, write_models  # noqa: E402
+from sglang_server import SITE, VOCAB, Server, ServerConfig, write_models  # noqa: E402
 from workloads import trace_prompts  # noqa: E402
 
 CACHES = {"SGLang default": "default", "radix native": "radix-native", "radix pure": "radix-python"}
@@ -63,11 +63,9 @@ SHOWN_APART = ("forward_ms", "stand_in_kernels_ms")  # the scheduler's thread ti
 
 def stream_request(server: Server, prompt: list[int], new_tokens: int) -> dict:
     """One streaming /generate: time to the first chunk, to the last, and the final meta_info."""
-    body = json.dumps({**request_body(prompt, new_tokens), "stream": True}).encode()
-    request = urllib.request.Request(server.url("/generate"), data=body, headers={"Content-Type": "application/json"})
     start = time.perf_counter()
     first = last = None
-    with urllib.request.urlopen(request, timeout=600) as response:
+    with server.stream(prompt, new_tokens) as response:
         for line in response:
             if line.startswith(b"data: {"):
                 first = first or time.perf_counter()

@@ -148,7 +148,10 @@ class Server:
         command = [sys.executable, str(SITE / "launch_sglang.py"), *self.config.arguments(*self.models, self.port)]
         env = self.config.environment()
         with self.log.open("wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+            # A group of its own: the kill of last resort in stop() must not reach this process.
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while READY not in self.log_text():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -200,12 +203,16 @@ class Server:
         answer = self.post("/generate", request_body(input_ids, max_new_tokens))
         return Completion(tuple(answer["output_ids"]), answer["meta_info"]["cached_tokens"])
 
+    def stream(self, input_ids: list[int], max_new_tokens: int, timeout: float = 600):
+        """A streaming /generate, opened: its response yields ``data: {...}`` lines, chunk by chunk."""
+        body = json.dumps({**request_body(input_ids, max_new_tokens), "stream": True}).encode()
+        request = urllib.request.Request(self.url("/generate"), data=body, headers={"Content-Type": "application/json"})
+        return urllib.request.urlopen(request, timeout=timeout)
+
     def generate_and_disconnect(self, input_ids: list[int], max_new_tokens: int) -> None:
         """A streaming request the client drops after its first token: the server aborts it
         (SGLang does so 2 s after the disconnect, if the request is still running)."""
-        body = json.dumps({**request_body(input_ids, max_new_tokens), "stream": True}).encode()
-        request = urllib.request.Request(self.url("/generate"), data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=300) as response:
+        with self.stream(input_ids, max_new_tokens) as response:
             response.readline()
 
 
