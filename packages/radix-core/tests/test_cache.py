@@ -234,6 +234,26 @@ def test_a_node_keeps_a_window_of_its_keys_array_only_if_it_is_at_least_half_of_
     check_invariants(cache)
 
 
+def test_each_node_an_insert_adds_is_reported_top_down_and_each_evicted_node_after_its_free(
+    backend_name, ticking_clock
+):
+    reported = []
+    cache = RadixCache(
+        on_evict=lambda value: reported.append(("free", list(value))),
+        on_store=lambda node: reported.append(("store", list(node.key))),
+        on_remove=lambda node: reported.append(("remove", list(node.key))),
+    )
+    cache.insert([1, 2, 3, 4, 5, 6], split_at=2)
+    assert reported == [("store", [1, 2]), ("store", [3, 4, 5, 6])]
+    reported.clear()
+    cache.insert([1, 2, 3, 4, 5, 6])
+    cache.match_prefix([1, 2, 3, 9])
+    assert reported == [], "cached keys and splits add no node"
+    cache.insert([1, 2, 3, 7])
+    cache.evict(3)
+    assert reported == [("store", [7]), ("free", [4, 5, 6]), ("remove", [4, 5, 6])]
+
+
 def test_split_points_fall_on_pages():
     with pytest.raises(ValueError, match="page size 2"):
         RadixCache(page_size=2).insert([1, 2, 3, 4, 5], split_at=1)
@@ -504,8 +524,34 @@ def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedS
         @initialize()
         def build(self):
             self.freed = []
-            self.cache = RadixCache(page_size, is_eagle, policy, on_evict=self.freed.append)
+            self.mirrored: set = set()  # the pages a consumer of on_store / on_remove believes cached
+            self.cache = RadixCache(
+                page_size, is_eagle, policy, on_evict=self.freed.append, on_store=self.stored, on_remove=self.removed
+            )
             self.locks = []
+
+        def page_labels(self, node):
+            """One label per page of ``node``: its namespace and every unit from the root to the page's end."""
+            units = []
+            for ancestor in reversed(self.cache._path_to_root(node)):
+                units.extend(ancestor.key)
+            first = len(units) - len(node.key)
+            return tuple(
+                (node.key.extra_key, tuple(units[:end])) for end in range(first + page_size, len(units) + 1, page_size)
+            )
+
+        def stored(self, node):
+            parent = node.parent
+            assert node.page_hashes is None and parent.children[node.key.child_key(page_size)] is node
+            assert parent is self.cache.root_node or parent.page_hashes is not None, "stored top down"
+            node.page_hashes = self.page_labels(node)
+            assert not self.mirrored & set(node.page_hashes), "a page is stored once"
+            self.mirrored.update(node.page_hashes)
+
+        def removed(self, node):
+            assert node.parent is None and not node.children and self.freed[-1] is node.value
+            assert set(node.page_hashes) <= self.mirrored
+            self.mirrored.difference_update(node.page_hashes)
 
         def aligned_units(self, tokens):
             units = max(len(tokens) - 1, 0) if is_eagle else len(tokens)
@@ -592,6 +638,13 @@ def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedS
         @invariant()
         def structure_holds(self):
             check_invariants(self.cache)
+
+        @invariant()
+        def stores_and_removes_mirror_the_tree(self):
+            nodes = self._nodes()
+            for node in nodes:
+                assert node.page_hashes == self.page_labels(node), "splits cut the per-page record with the node"
+            assert self.mirrored == {label for node in nodes for label in node.page_hashes}
 
     return CacheMachine
 

@@ -38,6 +38,7 @@ class TreeNode:
         "last_access_time",
         "creation_time",
         "id",
+        "page_hashes",
         "_heap_stamp",
     )
     _ids = itertools.count()
@@ -53,6 +54,9 @@ class TreeNode:
         self.last_access_time = time.monotonic()
         self.creation_time = time.monotonic()
         self.id = next(TreeNode._ids)
+        # A caller's per-page record of this node (e.g. KV event block hashes): any sequence with
+        # the same number of items for each page; a split cuts it with the node.
+        self.page_hashes: Any = None
         self._heap_stamp = -1  # stamp of this node's one valid eviction-heap entry, if any
 
     def __repr__(self) -> str:
@@ -147,6 +151,9 @@ class RadixCache:
     ``page_size``: keys and values are used in whole pages only. ``is_eagle``: keys are read as
     bigrams of their raw tokens (EAGLE speculative decoding), so ``n`` tokens cache ``n - 1``
     units. ``on_evict`` receives each evicted node's value (free it in your KV pool).
+    ``on_store`` receives each node an insert adds, top down, once it is linked in the tree;
+    ``on_remove`` each node eviction takes out, after ``on_evict``: what a consumer that mirrors
+    the tree (a KV event stream) needs; splits call neither (they cut ``page_hashes`` instead).
 
     Threads: one writer at a time, as SGLang's scheduler uses its cache. Every method, matches
     included (they split nodes and reorder eviction), changes the tree; callers that share a cache
@@ -159,6 +166,8 @@ class RadixCache:
         is_eagle: bool = False,
         eviction_policy: str = "lru",
         on_evict: Callable[[Any], None] | None = None,
+        on_store: Callable[[TreeNode], None] | None = None,
+        on_remove: Callable[[TreeNode], None] | None = None,
     ):
         if type(page_size) is not int or page_size < 1:
             raise ValueError(f"page_size must be a positive int, not {page_size!r}")
@@ -169,6 +178,8 @@ class RadixCache:
         self.is_eagle = bool(is_eagle)
         self.eviction_policy = policy
         self.on_evict = on_evict
+        self.on_store = on_store
+        self.on_remove = on_remove
         self._eviction_priority = EVICTION_POLICIES[policy]
         self._value_kind: ValueKind | None = None
         self._empty_value: Any = None
@@ -292,6 +303,9 @@ class RadixCache:
             self._node_count += len(pieces)
             self._evictable_size += units - position
             self._reprioritize(node)
+            if self.on_store is not None:
+                for _, piece in reversed(pieces):
+                    self.on_store(piece)
         return InsertResult(position, node)  # type: ignore[arg-type]
 
     def evict(self, num_tokens: int) -> int:
@@ -315,6 +329,8 @@ class RadixCache:
             self._reprioritize(parent)  # type: ignore[arg-type]
             if self.on_evict is not None:
                 self.on_evict(node.value)
+            if self.on_remove is not None:
+                self.on_remove(node)
         return evicted
 
     def inc_lock_ref(self, node: TreeNode) -> int:
@@ -485,6 +501,10 @@ class RadixCache:
         child.key = _stored(child.key._units(at, len(child.key)))
         child.parent = upper
         upper.children[child.key.child_key(page)] = child
+        hashes = child.page_hashes
+        if hashes is not None:  # as many items per page: the upper node takes at / length of them
+            cut = len(hashes) * at // (at + len(child.key))
+            upper.page_hashes, child.page_hashes = hashes[:cut], hashes[cut:]
         self._node_count += 1
         return upper
 
