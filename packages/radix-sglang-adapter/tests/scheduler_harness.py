@@ -99,10 +99,12 @@ class Server:
         is_eagle: bool = False,
         policy: str = "lru",
         kv_slots: int = 4096,
+        **params: Any,
     ):
+        """``params``: any other CacheInitParams field (KV events, ...)."""
         self.page_size = page_size
         self.pool, self.allocator = small_pools(page_size, kv_slots)
-        self.cache = make_cache(cache_params(self.pool, self.allocator, page_size, is_eagle, policy))
+        self.cache = make_cache(cache_params(self.pool, self.allocator, page_size, is_eagle, policy, **params))
         self.live: dict[str, Req] = {}
         self._rids = itertools.count()
 
@@ -149,6 +151,13 @@ class Server:
     def abort(self, req: Req) -> None:
         req.finished_reason = FINISH_ABORT("aborted by the test")
         self._release(req, checkpoint=False)
+
+    def flush(self) -> None:
+        """SGLang's /flush_cache on an idle server: the tree, the rows and the KV pool start over."""
+        assert not self.live, "SGLang flushes only an idle server"
+        self.cache.reset()
+        self.pool.clear()
+        self.allocator.clear()
 
     def evict(self, num_tokens: int) -> int:
         return self.cache.evict(EvictParams(num_tokens=num_tokens)).num_tokens_evicted

@@ -111,7 +111,6 @@ def test_the_backend_takes_sglangs_settings(server_args, page_size, is_eagle, po
         ({"context": {"enable_hierarchical_cache": True}}, "--enable-hierarchical-cache"),
         ({"context": {"is_hybrid_swa": True}}, "sliding-window"),
         ({"context": {"is_hybrid_ssm": True}}, "mamba"),
-        ({"enable_kv_cache_events": True}, "--kv-events-config"),
         ({"enable_session_radix_cache": True}, "--enable-session-radix-cache"),
         ({"policy": "slru"}, "--radix-eviction-policy slru"),
         ({"policy": "tlru"}, "--radix-eviction-policy tlru"),

@@ -5,13 +5,15 @@ checkpoints, decoding, finishing, aborts, explicit evictions, a small KV pool th
 runs on two CPU "servers" built from SGLang's own Req, ReqToTokenPool, allocator and cache
 functions: one with SGLang's RadixCache, one with RadixCoreCache. After every step both must agree
 on the prefix length of each arrival, every live request's KV row, the allocator's free slots (in
-order), and the evictable, protected and total sizes.
+order), the evictable, protected and total sizes, and the KV cache events each recorded.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +24,7 @@ import sglang_harness as sg
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
+from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 
 import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
@@ -31,7 +34,7 @@ SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 40)), [4] * 5, [5, 6, 7], [8] * 
 prompts = st.tuples(
     st.lists(st.sampled_from(range(len(SEGMENTS))), min_size=1, max_size=3), st.lists(st.integers(0, 9), max_size=8)
 ).map(lambda parts: [t for i in parts[0] for t in SEGMENTS[i]] + parts[1])
-namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1")])
+namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")])
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("arrive"), prompts, st.sampled_from([8, 16, 40, 1000]), namespaces, st.integers(0, 2)),
@@ -40,6 +43,7 @@ operations = st.lists(
         st.tuples(st.just("finish"), st.integers(0, 9)),
         st.tuples(st.just("abort"), st.integers(0, 9)),
         st.tuples(st.just("evict"), st.integers(-1, 60)),
+        st.tuples(st.just("flush")),
     ),
     min_size=10,
     max_size=80,
@@ -60,6 +64,18 @@ def server_args():
         yield args
 
 
+def event_params(event_format: str) -> dict[str, Any]:
+    """SGLang's cache params under ``--kv-events-config`` in ``event_format`` ("default" or "dynamo"),
+    with a LoRA name for the "lora-a" namespace, so that the default format scopes its hashes too."""
+    names = KvEventLoraNames()
+    names.register(SimpleNamespace(lora_id="a" * 32, extra_key="lora-a"), "adapter-a")
+    return {
+        "enable_kv_cache_events": True,
+        "dynamo_kv_event_format": event_format == "dynamo",
+        "kv_event_lora_names": names,
+    }
+
+
 def pool_state(server: sh.Server) -> tuple:
     allocator = server.allocator
     free = allocator.free_pages if server.page_size == 1 else allocator.get_all_free_pages()
@@ -67,17 +83,17 @@ def pool_state(server: sh.Server) -> tuple:
     return (free.tolist(), cache.evictable_size(), cache.protected_size(), cache.total_size())
 
 
-def run_both(ops: list[tuple], page_size: int, is_eagle: bool, policy: str) -> dict[str, int]:
-    """Replays ``ops`` on SGLang's cache and on the backend; returns how much sharing and
-    eviction the stream exercised."""
+def run_both(ops: list[tuple], page_size: int, is_eagle: bool, policy: str, **params: Any) -> dict[str, int]:
+    """Replays ``ops`` on SGLang's cache and on the backend, both built with ``params`` (KV
+    events, ...); returns how much sharing, eviction and events the stream exercised."""
     kv_slots = 512 if page_size > 1 else 448
     servers = [
-        sh.Server(make, page_size=page_size, is_eagle=is_eagle, policy=policy, kv_slots=kv_slots)
+        sh.Server(make, page_size=page_size, is_eagle=is_eagle, policy=policy, kv_slots=kv_slots, **params)
         for make in (RadixCache, RadixCoreCache)
     ]
     theirs, ours = servers
     live: list[tuple] = []
-    seen = {"matched": 0, "evicted": 0}
+    seen = {"matched": 0, "evicted": 0, "events": 0}
     for step, (name, *args) in enumerate(ops):
         where = f"step {step}: {name}{tuple(args)!r}"
         cached_before = theirs.cache.total_size()
@@ -96,7 +112,13 @@ def run_both(ops: list[tuple], page_size: int, is_eagle: bool, policy: str) -> d
                 getattr(server, name)(req)
         elif name == "evict":
             assert theirs.evict(args[0]) == ours.evict(args[0]), where
+        elif name == "flush" and not live:
+            for server in servers:
+                server.flush()
         seen["evicted"] += max(0, cached_before - theirs.cache.total_size())
+        events = theirs.cache.take_events()
+        assert events == ours.cache.take_events(), where
+        seen["events"] += len(events)
         assert pool_state(theirs) == pool_state(ours), where
         for their_req, our_req in live:
             assert theirs.row(their_req) == ours.row(our_req), where
@@ -115,9 +137,26 @@ def test_request_streams_give_the_same_answers(backend_name, ticking_clock, page
     check()
 
 
+@pytest.mark.parametrize("event_format", ["default", "dynamo"])
 @pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_a_busy_stream_shares_prefixes_and_evicts(backend_name, ticking_clock, page_size, is_eagle):
+def test_kv_events_are_sglangs_step_by_step(backend_name, ticking_clock, page_size, is_eagle, event_format):
+    """Stores, removals and clears, coalesced, with SGLang's hashes in both of its formats: the
+    same event list from both caches after every step (extra keys, salts, splits, eviction, locks,
+    flushes)."""
+
+    @settings(max_examples=25)
+    @given(ops=operations)
+    def check(ops):
+        run_both(ops, page_size, is_eagle, "lru", **event_params(event_format))
+
+    check()
+
+
+@pytest.mark.parametrize("event_format", [None, "dynamo"])
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_a_busy_stream_shares_prefixes_and_evicts(backend_name, ticking_clock, page_size, is_eagle, event_format):
     """A long fixed stream, so that the random ones above are known to reach sharing and eviction."""
     ops: list[tuple] = []
     for turn in range(60):
@@ -125,9 +164,10 @@ def test_a_busy_stream_shares_prefixes_and_evicts(backend_name, ticking_clock, p
         ops.append(("arrive", prompt, 16, (None, None) if turn % 4 else ("lora-a", None), 0))
         ops += [("step", turn, turn % 10)] * 8
         ops.append(("finish" if turn % 5 else "abort", turn))
-    seen = run_both(ops, page_size, is_eagle, "lru")
+    seen = run_both(ops, page_size, is_eagle, "lru", **(event_params(event_format) if event_format else {}))
     assert seen["matched"] > 300, "prompts were served from the cache"
     assert seen["evicted"] > 300, "the pool ran short and the tree gave KV back"
+    assert (seen["events"] > 100) == bool(event_format), "events are recorded only when enabled"
 
 
 @pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])

@@ -123,7 +123,6 @@ def params_refusal(params: Any) -> str | None:
     policy = params.eviction_policy.lower()
     unsupported = [
         (params.disable, "--disable-radix-cache", "a disabled cache has no tree to run"),
-        (params.enable_kv_cache_events, "--kv-events-config", "radix-core publishes no KV cache events"),
         (params.enable_session_radix_cache, "--enable-session-radix-cache", "sessions need SGLang's unified tree"),
         (params.sliding_window_size is not None, "a sliding-window (SWA) model", "radix-core has no SWA component"),
         (

@@ -35,6 +35,7 @@ from sglang.srt.utils.common import ceil_align
 import radix_core
 
 from . import params_refusal
+from .kv_events import TreeEvents
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -46,8 +47,9 @@ _NO_RECEIPT = DecLockRefParams()
 
 
 def _namespace(extra_key: Any, cache_salt: Any) -> Any:
-    """SGLang namespaces its tree by extra_key, and by cache_salt too when one is set."""
-    return extra_key if cache_salt is None else (extra_key, cache_salt)
+    """SGLang namespaces its tree by extra_key, and by cache_salt too when one is set (an empty
+    salt is none, as in SGLang's RadixKey); ``kv_events.split_namespace`` reads it back."""
+    return extra_key if not cache_salt else (extra_key, cache_salt)
 
 
 class RadixCoreCache(RadixCache):
@@ -68,8 +70,14 @@ class RadixCoreCache(RadixCache):
     # ----- the tree -----------------------------------------------------------------------------
 
     def reset(self) -> None:
+        events = TreeEvents(self.kv_events, self.page_size) if self.kv_events.enabled else None
         self.tree = radix_core.RadixCache(
-            self.page_size, self.is_eagle, self.eviction_policy, on_evict=self._free_evicted_value
+            self.page_size,
+            self.is_eagle,
+            self.eviction_policy,
+            on_evict=self._free_evicted_value,
+            on_store=events.stored if events else None,
+            on_remove=events.removed if events else None,
         )
         self.root_node = self.tree.root_node
         self._empty_device_indices = torch.empty((0,), dtype=torch.int64, device=self.device)

@@ -1,0 +1,160 @@
+"""KV cache events of the ``radix`` backend (``--kv-events-config``): the stream SGLang's RadixCache records.
+
+SGLang's RadixCache records a ``BlockStored`` for each node an insert adds and a ``BlockRemoved``
+for each leaf eviction takes, in its ``KVCacheEventRecorder``, which coalesces them and which the
+scheduler's publisher drains after every batch. radix-core reports the same nodes (``on_store``,
+``on_remove``); here they are hashed as SGLang hashes them and handed to SGLang's own recorder,
+so coalescing, the event classes and publishing stay SGLang's.
+
+Block hashes are SGLang's: one SHA-256 per page, chained from the page before (the parent node's
+last page for a node's first), over the page's tokens as little-endian u32 (bigram pages as u32
+pairs; a page holding a token past u32 as 0xff then u64 words); a published hash is the digest's
+first 8 bytes as a signed big-endian int64, namespaced by extra key / cache salt as SGLang's
+recorder does in its two formats. A node's digests are computed once, when it is stored, and kept
+in its ``page_hashes`` (32 bytes a page), which radix-core cuts with the node in a split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
+from sglang.srt.disaggregation.kv_events import (
+    BlockRemoved,
+    BlockStored,
+    StorageMedium,
+    kv_event_namespace_seed,
+    namespaced_block_hash,
+)
+
+DIGEST_BYTES = 32
+_SALT_CHAIN_SEED = b"sglang-cache-salt-v1\0"
+_WIDE_PAGE_TAG = b"\xff"
+_U32_MAX = 0xFFFFFFFF
+
+
+def split_namespace(namespace: Any) -> tuple[str | None, str | None]:
+    """The backend's tree namespace (``cache._namespace``) back as SGLang's (extra_key, cache_salt)."""
+    return namespace if isinstance(namespace, tuple) else (namespace, None)
+
+
+def chain_seed(cache_salt: str | None) -> bytes | None:
+    """The digest a namespace's chain starts from at the root: SGLang seeds salted chains only."""
+    if cache_salt is None:
+        return None
+    return hashlib.sha256(_SALT_CHAIN_SEED + cache_salt.encode("utf-8")).digest()
+
+
+def page_digests(tokens: array, is_bigram: bool, page_size: int, prior: bytes | None) -> bytes:
+    """The chained SHA-256 digests (32 bytes each, joined) of the pages of a node's raw ``tokens``
+    (a bigram node's include the token its last pair ends with), from ``prior``, as SGLang's
+    ``get_native_hash`` computes them. ValueError for a negative token, as SGLang's."""
+    pages: Iterable[bytes | memoryview]
+    try:
+        data = memoryview(_little_endian(_unit_words(array("I", tokens), is_bigram)))
+    except OverflowError:  # a token past u32, or a negative one: page by page
+        pages = _pages_with_wide_tokens(tokens, is_bigram, page_size)
+    else:
+        step = 4 * (2 * page_size if is_bigram else page_size)  # bytes a page
+        pages = (data[start : start + step] for start in range(0, len(data), step))
+    digests = bytearray()
+    for page in pages:
+        prior = hashlib.sha256(prior + page if prior else page).digest()
+        digests += prior
+    return bytes(digests)
+
+
+def _pages_with_wide_tokens(tokens: array, is_bigram: bool, page_size: int) -> list[bytes]:
+    """Each page's bytes: u32 words, or 0xff then u64 words where a token does not fit u32."""
+    pages = []
+    units = len(tokens) - 1 if is_bigram else len(tokens)
+    for start in range(0, units, page_size):
+        raw = tokens[start : start + page_size + is_bigram]
+        if min(raw) < 0:
+            raise ValueError("token ids must be non-negative to be hashed for KV events")
+        if max(raw) > _U32_MAX:
+            pages.append(_WIDE_PAGE_TAG + _little_endian(_unit_words(array("Q", raw), is_bigram)))
+        else:
+            pages.append(_little_endian(_unit_words(array("I", raw), is_bigram)))
+    return pages
+
+
+def _unit_words(tokens: array, is_bigram: bool) -> array:
+    """The tokens as the words SGLang hashes: themselves, or each bigram's two tokens in turn."""
+    if not is_bigram:
+        return tokens
+    pairs = array(tokens.typecode, bytes(tokens.itemsize * 2 * (len(tokens) - 1)))
+    pairs[0::2] = tokens[:-1]
+    pairs[1::2] = tokens[1:]
+    return pairs
+
+
+def _little_endian(words: array) -> bytes:
+    if sys.byteorder != "little":
+        words = array(words.typecode, words)
+        words.byteswap()
+    return words.tobytes()
+
+
+def block_hash(digests: bytes, page: int) -> int:
+    """The int64 SGLang publishes for page ``page`` of a node's digests (before namespacing)."""
+    start = page * DIGEST_BYTES
+    return int.from_bytes(digests[start : start + 8], "big", signed=True)
+
+
+class TreeEvents:
+    """radix-core's ``on_store`` / ``on_remove`` for a cache whose events go to SGLang's ``recorder``."""
+
+    def __init__(self, recorder: Any, page_size: int):
+        self.recorder = recorder
+        self.page_size = page_size
+
+    def _namespace_seed(self, extra_key: str | None, cache_salt: str | None) -> bytes | None:
+        """SGLang's namespacing of published hashes: the default format scopes only LoRA extra keys
+        (a registered name) and leaves salts to the chain; the Dynamo format scopes both."""
+        if self.recorder.dynamo_format:
+            return kv_event_namespace_seed(extra_key=extra_key, cache_salt=cache_salt)
+        lora = extra_key if self.recorder.lora_names.get(extra_key) is not None else None
+        return kv_event_namespace_seed(extra_key=lora, cache_salt=None)
+
+    def _published(self, digests: bytes, seed: bytes | None) -> list[int]:
+        pages = range(len(digests) // DIGEST_BYTES)
+        if seed is None:
+            return [block_hash(digests, page) for page in pages]
+        return [namespaced_block_hash(block_hash(digests, page), namespace_seed=seed) for page in pages]
+
+    def stored(self, node: Any) -> None:
+        key = node.key
+        extra_key, cache_salt = split_namespace(key.extra_key)
+        parent = node.parent
+        tokens = key.token_ids
+        if parent.parent is None:  # under the root: the chain starts
+            prior, parent_digest = chain_seed(cache_salt), None
+        else:
+            prior = parent_digest = parent.page_hashes[-DIGEST_BYTES:]
+        digests = page_digests(tokens, key.is_bigram, self.page_size, prior)
+        node.page_hashes = digests
+        seed = self._namespace_seed(extra_key, cache_salt)
+        names = self.recorder.lora_names
+        self.recorder.enqueue(
+            BlockStored(
+                block_hashes=self._published(digests, seed),
+                parent_block_hash=None if parent_digest is None else self._published(parent_digest, seed)[0],
+                token_ids=list(zip(tokens[:-1], tokens[1:])) if key.is_bigram else tokens.tolist(),
+                block_size=self.page_size,
+                lora_id=None,
+                medium=StorageMedium.GPU,
+                cache_salt=cache_salt,
+                session_id=None,
+                lora_name=names.resolve(extra_key) if self.recorder.dynamo_format else names.get(extra_key),
+            )
+        )
+
+    def removed(self, node: Any) -> None:
+        seed = self._namespace_seed(*split_namespace(node.key.extra_key))
+        self.recorder.enqueue(
+            BlockRemoved(block_hashes=self._published(node.page_hashes, seed), medium=StorageMedium.GPU)
+        )
