@@ -15,6 +15,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,10 +25,12 @@ import sglang_harness as sg
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
+from sglang.srt.disaggregation.kv_events import KVEventBatch  # noqa: E402
 from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 
 import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from kv_event_router import Router, cached_blocks  # noqa: E402
 from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
 
 SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 40)), [4] * 5, [5, 6, 7], [8] * 33, list(range(40, 60))]
@@ -76,6 +79,26 @@ def event_params(event_format: str) -> dict[str, Any]:
     }
 
 
+def busy_stream(namespaces: list[tuple], flush_every: int | None = None) -> list[tuple]:
+    """60 requests one after another, prompts sharing prefixes, namespaces taken in turn, every
+    fifth aborted, the cache flushed every ``flush_every`` requests."""
+    ops: list[tuple] = []
+    for turn in range(60):
+        if flush_every and turn and turn % flush_every == 0:
+            ops.append(("flush",))
+        prompt = SEGMENTS[turn % 3] + SEGMENTS[2 + turn % 5] + [100 + turn] * 20
+        ops.append(("arrive", prompt, 16, namespaces[turn % len(namespaces)], 0))
+        ops += [("step", turn, turn % 10)] * 8
+        ops.append(("finish" if turn % 5 else "abort", turn))
+    return ops
+
+
+def published(events: list) -> bytes:
+    """The bytes SGLang's ZMQ publisher sends for a batch of ``events`` (equal events may still
+    differ there: an int subclass, a list for a tuple)."""
+    return msgspec.msgpack.encode(KVEventBatch(ts=0.0, events=events))
+
+
 def pool_state(server: sh.Server) -> tuple:
     allocator = server.allocator
     free = allocator.free_pages if server.page_size == 1 else allocator.get_all_free_pages()
@@ -83,9 +106,12 @@ def pool_state(server: sh.Server) -> tuple:
     return (free.tolist(), cache.evictable_size(), cache.protected_size(), cache.total_size())
 
 
-def run_both(ops: list[tuple], page_size: int, is_eagle: bool, policy: str, **params: Any) -> dict[str, int]:
+def run_both(
+    ops: list[tuple], page_size: int, is_eagle: bool, policy: str, watch: Any = None, **params: Any
+) -> dict[str, int]:
     """Replays ``ops`` on SGLang's cache and on the backend, both built with ``params`` (KV
-    events, ...); returns how much sharing, eviction and events the stream exercised."""
+    events, ...), calling ``watch(backend_server, events)`` after each step if given; returns how
+    much sharing, eviction and events the stream exercised."""
     kv_slots = 512 if page_size > 1 else 448
     servers = [
         sh.Server(make, page_size=page_size, is_eagle=is_eagle, policy=policy, kv_slots=kv_slots, **params)
@@ -116,9 +142,12 @@ def run_both(ops: list[tuple], page_size: int, is_eagle: bool, policy: str, **pa
             for server in servers:
                 server.flush()
         seen["evicted"] += max(0, cached_before - theirs.cache.total_size())
-        events = theirs.cache.take_events()
-        assert events == ours.cache.take_events(), where
+        events, our_events = theirs.cache.take_events(), ours.cache.take_events()
+        assert events == our_events, where
+        assert published(events) == published(our_events), where
         seen["events"] += len(events)
+        if watch is not None:
+            watch(ours, our_events)
         assert pool_state(theirs) == pool_state(ours), where
         for their_req, our_req in live:
             assert theirs.row(their_req) == ours.row(our_req), where
@@ -158,16 +187,28 @@ def test_kv_events_are_sglangs_step_by_step(backend_name, ticking_clock, page_si
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_a_busy_stream_shares_prefixes_and_evicts(backend_name, ticking_clock, page_size, is_eagle, event_format):
     """A long fixed stream, so that the random ones above are known to reach sharing and eviction."""
-    ops: list[tuple] = []
-    for turn in range(60):
-        prompt = SEGMENTS[turn % 3] + SEGMENTS[2 + turn % 5] + [100 + turn] * 20
-        ops.append(("arrive", prompt, 16, (None, None) if turn % 4 else ("lora-a", None), 0))
-        ops += [("step", turn, turn % 10)] * 8
-        ops.append(("finish" if turn % 5 else "abort", turn))
+    ops = busy_stream([(None, None)] * 3 + [("lora-a", None)])
     seen = run_both(ops, page_size, is_eagle, "lru", **(event_params(event_format) if event_format else {}))
     assert seen["matched"] > 300, "prompts were served from the cache"
     assert seen["evicted"] > 300, "the pool ran short and the tree gave KV back"
     assert (seen["events"] > 100) == bool(event_format), "events are recorded only when enabled"
+
+
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_a_router_rebuilds_the_cache_from_its_events_alone(backend_name, ticking_clock, page_size, is_eagle):
+    """What a KV-aware router knows from the Dynamo-format events equals, after every step of a
+    long stream in five namespaces with flushes, every page the backend's tree holds."""
+    router = Router()
+
+    def watch(server: sh.Server, events: list) -> None:
+        for event in events:
+            router.apply(event)
+        assert router.blocks == cached_blocks(server.cache.tree, page_size)
+
+    ops = busy_stream([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")], 20)
+    seen = run_both(ops, page_size, is_eagle, "lru", watch, **event_params("dynamo"))
+    assert seen["evicted"] > 300 and seen["events"] > 100
 
 
 @pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])

@@ -1,0 +1,53 @@
+"""The backend's KV event block hashes against SGLang's own hash function.
+
+The step-by-step differential tests compare whole event streams with SGLang's RadixCache; token
+ids there are small. Here the hash of one node's pages is checked on what those streams rarely
+reach: token ids past u32 (SGLang hashes such a page as u64 words after a 0xff tag), a page that
+mixes both, long pages, bigram pages, any prior digest.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import sglang_harness as sg
+
+if not sg.HAS_CHECKPOINT:
+    pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
+
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
+
+from radix_sglang_adapter.backend.kv_events import DIGEST_BYTES, page_digests  # noqa: E402
+
+token_ids = st.one_of(st.integers(0, 300), st.integers(0, 2**32 - 1), st.integers(2**32 - 2, 2**63 - 1))
+
+
+def sglang_page_hashes(tokens: list[int], is_bigram: bool, page_size: int, prior: bytes | None) -> list[str]:
+    return get_hash_str(RadixKey(array("q", tokens), is_bigram=is_bigram), prior.hex() if prior else None, page_size)
+
+
+@given(
+    pages=st.integers(1, 4),
+    page_size=st.sampled_from([1, 2, 16]),
+    is_bigram=st.booleans(),
+    prior=st.none() | st.binary(min_size=DIGEST_BYTES, max_size=DIGEST_BYTES),
+    data=st.data(),
+)
+def test_page_hashes_are_sglangs(pages, page_size, is_bigram, prior, data):
+    count = pages * page_size + is_bigram  # a node's raw tokens: whole pages (and a bigram's last token)
+    tokens = data.draw(st.lists(token_ids, min_size=count, max_size=count))
+    ours = page_digests(array("q", tokens), is_bigram, page_size, prior)
+    hexes = [ours[start : start + DIGEST_BYTES].hex() for start in range(0, len(ours), DIGEST_BYTES)]
+    assert hexes == sglang_page_hashes(tokens, is_bigram, page_size, prior)
+
+
+def test_a_negative_token_id_is_refused_as_sglang_refuses_it():
+    with pytest.raises(ValueError, match="non-negative"):
+        page_digests(array("q", [5, -1]), False, 1, None)
+    with pytest.raises(Exception, match="int64"):
+        sglang_page_hashes([5, -1], False, 1, None)
