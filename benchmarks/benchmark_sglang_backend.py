@@ -28,7 +28,12 @@ Cells: EAGLE on and off x KV capacities (unbounded, 1M, 200k tokens), LRU. Every
 the same prefix length to every request (else the run fails). Targets are checked on the
 in-the-cache clock; the scheduler-path ratios are printed beside them.
 
-    python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--check] [--json FILE]
+``--kv-events``: SGLang's default cache and radix native also run with KV cache events on
+(``--kv-events-config``), interleaved with their events-off runs, the events taken after every
+request as the scheduler's publisher takes them after every batch (inside the clock; the
+publisher's serialization runs on its own thread, outside the scheduler's).
+
+    python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--kv-events] [--check] [--json FILE]
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ CAPACITIES = {"unbounded": None, "1M": 1_000_000, "200k": 200_000}
 # implementation -> minimum speedup over SGLang's default cache, in every cell
 TARGETS = {"radix native": 3.0, "radix pure": None}
 NOT_SLOWER_THAN = "SGLang RadixCache"  # the backend, native, must never be slower than this either
+WITH_EVENTS = " + events"  # an implementation's name with it: the same cache, KV cache events on
+EVENT_RUNS = [BASELINE + WITH_EVENTS, "radix native" + WITH_EVENTS]
 
 Request = tuple[array, array]  # prompt tokens, output tokens
 
@@ -189,7 +196,10 @@ def replay(implementation: str, server_args: Any, requests: list[Request], eagle
     longest = max(len(prompt) + len(output) for prompt, output in requests)
     pool = ReqToTokenPool(1, longest + 1, "cpu", False)
     allocator = FreeListAllocator(capacity, torch.float16, "cpu", None, False)
-    cache = TimedCache(IMPLEMENTATIONS[implementation](server_args, sh.cache_params(pool, allocator, 1, eagle, "lru")))
+    cache_name = implementation.removesuffix(WITH_EVENTS)
+    events = cache_name != implementation
+    params = sh.cache_params(pool, allocator, 1, eagle, "lru", enable_kv_cache_events=events)
+    cache = TimedCache(IMPLEMENTATIONS[cache_name](server_args, params))
     clock = time.perf_counter
     seconds, inside, matched = [], [], []
     for number, (prompt, output) in enumerate(requests):
@@ -226,21 +236,22 @@ def replay(implementation: str, server_args: Any, requests: list[Request], eagle
         req.finished_reason = FINISH_LENGTH(len(output))
         start = clock()
         release_kv_cache(req, cache, checkpoint=True)
+        if events:
+            cache.take_events()
         seconds.append(spent + clock() - start)
         inside.append(cache.cache_seconds())
     return seconds, inside, matched
 
 
 def run_one(implementation: str, *args: Any) -> tuple[list[float], list[float], list[int]]:
-    if implementation == "radix pure":
+    if implementation.startswith("radix pure"):
         with python_reference_only():
             return replay(implementation, *args)
     return replay(implementation, *args)
 
 
-def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int) -> list[dict]:
+def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int, names: list[str]) -> list[dict]:
     total = sum(len(prompt) + len(output) for prompt, output in requests)
-    names = list(IMPLEMENTATIONS)
     for name in names:  # untimed: the process's first touch of fresh memory lands on nobody's clock
         gc.collect()
         for eagle in (False, True):
@@ -269,6 +280,7 @@ def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int) 
             }
             for name, times in per_round.items():
                 ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
+                events_off = per_round.get(name.removesuffix(WITH_EVENTS)) if name.endswith(WITH_EVENTS) else None
                 path_times = path_per_round[name]
                 path_ratios = [b / t for b, t in zip(path_per_round[BASELINE], path_times)]
                 cell["implementations"][name] = {
@@ -279,6 +291,9 @@ def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int) 
                     "path_us_per_request": statistics.median(path_times) * 1e6,
                     "path_speedup": statistics.median(path_ratios),
                 }
+                if events_off:  # in the cache, per round: events on over events off
+                    costs = [on / off for on, off in zip(times, events_off)]
+                    cell["implementations"][name]["events_cost"] = statistics.median(costs)
             cells.append(cell)
             print_cell(cell)
     return cells
@@ -287,12 +302,13 @@ def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int) 
 def print_cell(cell: dict) -> None:
     mode = "EAGLE" if cell["eagle"] else "plain"
     print(f"\n{mode}, capacity {cell['capacity']}: hit rate {cell['hit_rate']:.1%}", flush=True)
-    print(f"  {'':<18} {'in the cache':>29}  {'scheduler path':>24}")
+    print(f"  {'':<27} {'in the cache':>29}  {'scheduler path':>24}")
     for name, v in cell["implementations"].items():
         spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
         inside = f"{v['us_per_request']:>7.1f} us {v['speedup']:>5.2f}x {spread}"
         path = f"{v['path_us_per_request']:>7.1f} us {v['path_speedup']:>5.2f}x"
-        print(f"  {name:<18} {inside:>29}  {path:>24}", flush=True)
+        cost = f"  events on: {v['events_cost']:.2f}x its time without" if "events_cost" in v else ""
+        print(f"  {name:<27} {inside:>29}  {path:>24}{cost}", flush=True)
 
 
 def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
@@ -318,9 +334,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000, help="replay the first N requests")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=8192, help="chunked-prefill size in tokens")
+    parser.add_argument("--kv-events", action="store_true", help="also run the default and radix native with events")
     parser.add_argument("--check", action="store_true", help="exit non-zero on a mismatch or a missed target")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    names = list(IMPLEMENTATIONS) + (EVENT_RUNS if args.kv_events else [])
 
     torch.set_num_threads(1)
     radix_sglang_adapter.activate()
@@ -345,7 +363,7 @@ def main() -> int:
         # cache may trigger) does not rescan them; the collector is otherwise on.
         gc.collect()
         gc.freeze()
-        cells = measure(server_args, requests, args.rounds, args.chunk)
+        cells = measure(server_args, requests, args.rounds, args.chunk, names)
         gc.unfreeze()
     print()
     return report(verdicts(cells), {"cells": cells}, args.json, args.check)

@@ -1,9 +1,10 @@
 """The backend's KV event block hashes against SGLang's own hash function.
 
 The step-by-step differential tests compare whole event streams with SGLang's RadixCache; token
-ids there are small. Here the hash of one node's pages is checked on what those streams rarely
-reach: token ids past u32 (SGLang hashes such a page as u64 words after a 0xff tag), a page that
-mixes both, long pages, bigram pages, any prior digest.
+ids there are small, and the backend hashes with SGLang's compiled kernel where it loads. Here the
+Python reference (what hashes where that kernel cannot load) is checked against SGLang's kernel on
+what those streams rarely reach: token ids past u32 (SGLang hashes such a page as u64 words after
+a 0xff tag), a page that mixes both, long pages, bigram pages, any prior digest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ if not sg.HAS_CHECKPOINT:
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
 
-from radix_sglang_adapter.backend.kv_events import DIGEST_BYTES, page_digests  # noqa: E402
+from radix_sglang_adapter.backend.kv_events import (  # noqa: E402
+    DIGEST_BYTES,
+    block_hashes,
+    compiled_hash,
+    page_digests,
+    python_page_digests,
+)
 
 token_ids = st.one_of(st.integers(0, 300), st.integers(0, 2**32 - 1), st.integers(2**32 - 2, 2**63 - 1))
 
@@ -41,13 +48,20 @@ def sglang_page_hashes(tokens: list[int], is_bigram: bool, page_size: int, prior
 def test_page_hashes_are_sglangs(pages, page_size, is_bigram, prior, data):
     count = pages * page_size + is_bigram  # a node's raw tokens: whole pages (and a bigram's last token)
     tokens = data.draw(st.lists(token_ids, min_size=count, max_size=count))
-    ours = page_digests(array("q", tokens), is_bigram, page_size, prior)
+    ours = python_page_digests(array("q", tokens), is_bigram, page_size, prior)
     hexes = [ours[start : start + DIGEST_BYTES].hex() for start in range(0, len(ours), DIGEST_BYTES)]
     assert hexes == sglang_page_hashes(tokens, is_bigram, page_size, prior)
+    assert page_digests(array("q", tokens), is_bigram, page_size, prior) == ours
+    assert block_hashes(ours) == [int.from_bytes(bytes.fromhex(h[:16]), "big", signed=True) for h in hexes]
+
+
+def test_sglangs_compiled_hash_loads_here():
+    assert compiled_hash() is not None, "the backend would hash in Python: the tests would not see SGLang's kernel"
 
 
 def test_a_negative_token_id_is_refused_as_sglang_refuses_it():
-    with pytest.raises(ValueError, match="non-negative"):
-        page_digests(array("q", [5, -1]), False, 1, None)
     with pytest.raises(Exception, match="int64"):
         sglang_page_hashes([5, -1], False, 1, None)
+    for digests in (page_digests, python_page_digests):
+        with pytest.raises(ValueError, match="non-negative"):
+            digests(array("q", [5, -1]), False, 1, None)

@@ -11,15 +11,19 @@ last page for a node's first), over the page's tokens as little-endian u32 (bigr
 pairs; a page holding a token past u32 as 0xff then u64 words); a published hash is the digest's
 first 8 bytes as a signed big-endian int64, namespaced by extra key / cache salt as SGLang's
 recorder does in its two formats. A node's digests are computed once, when it is stored, and kept
-in its ``page_hashes`` (32 bytes a page), which radix-core cuts with the node in a split.
+in its ``page_hashes`` (32 bytes a page), which radix-core cuts with the node in a split. They are
+computed by SGLang's own compiled hash (what its RadixCache's events use; SGLang builds it on first
+use, so a cache with events loads it when built), else by ``python_page_digests``, the reference.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sglang.srt.disaggregation.kv_events import (
@@ -29,6 +33,9 @@ from sglang.srt.disaggregation.kv_events import (
     kv_event_namespace_seed,
     namespaced_block_hash,
 )
+from sglang.srt.mem_cache.radix_cache import RadixKey
+
+logger = logging.getLogger("radix_sglang_adapter")
 
 DIGEST_BYTES = 32
 _SALT_CHAIN_SEED = b"sglang-cache-salt-v1\0"
@@ -48,10 +55,37 @@ def chain_seed(cache_salt: str | None) -> bytes | None:
     return hashlib.sha256(_SALT_CHAIN_SEED + cache_salt.encode("utf-8")).digest()
 
 
+@functools.cache
+def compiled_hash() -> Callable[..., list[str]] | None:
+    """SGLang's compiled page hash (``get_hash_str``, hex digests), loaded (built by SGLang the
+    first time) now; None, logged once, where it cannot load: hashing is then done in Python."""
+    from sglang.srt.mem_cache.utils import get_hash_str
+
+    try:
+        get_hash_str(RadixKey(array("q", [0])), None, 1)
+    except Exception as exc:  # a missing compiler or OpenSSL header: the same hashes in Python
+        logger.warning("KV events: SGLang's compiled page hash did not load (%s); hashing in Python", exc)
+        return None
+    return get_hash_str
+
+
 def page_digests(tokens: array, is_bigram: bool, page_size: int, prior: bytes | None) -> bytes:
     """The chained SHA-256 digests (32 bytes each, joined) of the pages of a node's raw ``tokens``
-    (a bigram node's include the token its last pair ends with), from ``prior``, as SGLang's
-    ``get_native_hash`` computes them. ValueError for a negative token, as SGLang's."""
+    (a bigram node's include the token its last pair ends with), from ``prior``, as SGLang hashes
+    them; ValueError for a negative token id, which SGLang refuses too."""
+    hashed = compiled_hash()
+    if hashed is not None:
+        try:
+            hexes = hashed(RadixKey(tokens, is_bigram=is_bigram), prior.hex() if prior else None, page_size)
+        except Exception:  # a token SGLang's kernel refuses: the reference says which, in a ValueError
+            pass
+        else:
+            return bytes.fromhex("".join(hexes))
+    return python_page_digests(tokens, is_bigram, page_size, prior)
+
+
+def python_page_digests(tokens: array, is_bigram: bool, page_size: int, prior: bytes | None) -> bytes:
+    """:func:`page_digests` in Python, from SGLang's kernel (``mem_cache/cpp_utils/hash_binding.cpp``)."""
     pages: Iterable[bytes | memoryview]
     try:
         data = memoryview(_little_endian(_unit_words(array("I", tokens), is_bigram)))
@@ -99,10 +133,13 @@ def _little_endian(words: array) -> bytes:
     return words.tobytes()
 
 
-def block_hash(digests: bytes, page: int) -> int:
-    """The int64 SGLang publishes for page ``page`` of a node's digests (before namespacing)."""
-    start = page * DIGEST_BYTES
-    return int.from_bytes(digests[start : start + 8], "big", signed=True)
+def block_hashes(digests: bytes) -> list[int]:
+    """The int64 SGLang publishes for each page of a node's digests (before namespacing): the
+    first 8 bytes of each digest, big-endian, signed."""
+    firsts = array("q", memoryview(digests).cast("q")[:: DIGEST_BYTES // 8])
+    if sys.byteorder == "little":
+        firsts.byteswap()
+    return firsts.tolist()
 
 
 class TreeEvents:
@@ -111,6 +148,7 @@ class TreeEvents:
     def __init__(self, recorder: Any, page_size: int):
         self.recorder = recorder
         self.page_size = page_size
+        compiled_hash()  # SGLang builds it on first use: not in the middle of a request
 
     def _namespace_seed(self, extra_key: str | None, cache_salt: str | None) -> bytes | None:
         """SGLang's namespacing of published hashes: the default format scopes only LoRA extra keys
@@ -121,10 +159,10 @@ class TreeEvents:
         return kv_event_namespace_seed(extra_key=lora, cache_salt=None)
 
     def _published(self, digests: bytes, seed: bytes | None) -> list[int]:
-        pages = range(len(digests) // DIGEST_BYTES)
+        hashes = block_hashes(digests)
         if seed is None:
-            return [block_hash(digests, page) for page in pages]
-        return [namespaced_block_hash(block_hash(digests, page), namespace_seed=seed) for page in pages]
+            return hashes
+        return [namespaced_block_hash(block, namespace_seed=seed) for block in hashes]
 
     def stored(self, node: Any) -> None:
         key = node.key
