@@ -20,9 +20,14 @@ import sglang_harness as sg
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
+import torch  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache as SGLangRadixCache  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
 
+import scheduler_harness as sh  # noqa: E402
+from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
 from radix_sglang_adapter.backend.kv_events import (  # noqa: E402
     DIGEST_BYTES,
     block_hashes,
@@ -65,3 +70,20 @@ def test_a_negative_token_id_is_refused_as_sglang_refuses_it():
     for digests in (page_digests, python_page_digests):
         with pytest.raises(ValueError, match="non-negative"):
             digests(array("q", [5, -1]), False, 1, None)
+
+
+@pytest.mark.parametrize("cache_salt", [None, "tenant-a"])
+def test_nodes_show_their_hashes_where_sglangs_nodes_keep_them(backend_name, cache_salt):
+    """SGLang's TreeNode keeps its page hashes (hex) in ``hash_value``, or ``event_hash_value`` in a
+    namespace; its own KV event tests read them there, before and after a split."""
+    shown = "hash_value" if cache_salt is None else "event_hash_value"
+    seen = []
+    for make in (SGLangRadixCache, RadixCoreCache):
+        cache = sh.Server(make, page_size=2, enable_kv_cache_events=True).cache
+        for tokens in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9, 9]):  # the second splits the first's node
+            key = RadixKey(array("q", tokens), cache_salt=cache_salt)
+            cache.insert(InsertParams(key=key, value=torch.arange(len(tokens))))
+            node = cache.match_prefix(MatchPrefixParams(key=key)).last_device_node
+            cache.take_events()
+            seen.append([getattr(node, shown), getattr(node.parent, shown)])
+    assert seen[:2] == seen[2:] and seen[0][0] is not None

@@ -154,6 +154,8 @@ class RadixCache:
     ``on_store`` receives each node an insert adds, top down, once it is linked in the tree;
     ``on_remove`` each node eviction takes out, after ``on_evict``: what a consumer that mirrors
     the tree (a KV event stream) needs; splits call neither (they cut ``page_hashes`` instead).
+    ``node_class``: a TreeNode subclass (slots only) the tree makes its nodes of, for a caller
+    whose readers expect more of a node (read-only views of its state).
 
     Threads: one writer at a time, as SGLang's scheduler uses its cache. Every method, matches
     included (they split nodes and reorder eviction), changes the tree; callers that share a cache
@@ -168,6 +170,7 @@ class RadixCache:
         on_evict: Callable[[Any], None] | None = None,
         on_store: Callable[[TreeNode], None] | None = None,
         on_remove: Callable[[TreeNode], None] | None = None,
+        node_class: type[TreeNode] = TreeNode,
     ):
         if type(page_size) is not int or page_size < 1:
             raise ValueError(f"page_size must be a positive int, not {page_size!r}")
@@ -180,6 +183,7 @@ class RadixCache:
         self.on_evict = on_evict
         self.on_store = on_store
         self.on_remove = on_remove
+        self.node_class = node_class
         self._eviction_priority = EVICTION_POLICIES[policy]
         self._value_kind: ValueKind | None = None
         self._empty_value: Any = None
@@ -189,7 +193,7 @@ class RadixCache:
 
     def reset(self) -> None:
         """Drop every cached entry (``on_evict`` is not called)."""
-        self.root_node = TreeNode(RadixKey(), None, None, priority=-sys.maxsize)
+        self.root_node = self.node_class(RadixKey(), None, None, priority=-sys.maxsize)
         self.root_node.lock_ref = 1
         self._evictable_size = 0
         self._protected_size = 0
@@ -293,7 +297,7 @@ class RadixCache:
                 piece_key = key._units(start, stop)
                 first, last = start - value_offset, stop - value_offset
                 piece_value = kind.cut(value, first, last) if copy else value[first:last]
-                piece = TreeNode(_stored(piece_key), piece_value, None, priority)
+                piece = self.node_class(_stored(piece_key), piece_value, None, priority)
                 piece.hit_count = 1 if units > inserted_len else 0
                 pieces.append((piece_key, piece))
             for piece_key, piece in reversed(pieces):
@@ -494,7 +498,7 @@ class RadixCache:
         kind: ValueKind = self._value_kind  # type: ignore[assignment]
         parent: TreeNode = child.parent  # type: ignore[assignment]
         upper_value, child.value = kind.split(child.value, at)
-        upper = TreeNode(_stored(child.key._units(0, at)), upper_value, parent, child.priority)
+        upper = self.node_class(_stored(child.key._units(0, at)), upper_value, parent, child.priority)
         upper.hit_count = child.hit_count
         upper.lock_ref = child.lock_ref
         parent.children[child.key.child_key(page)] = upper

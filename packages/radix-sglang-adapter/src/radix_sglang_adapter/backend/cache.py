@@ -35,7 +35,7 @@ from sglang.srt.utils.common import ceil_align
 import radix_core
 
 from . import params_refusal
-from .kv_events import TreeEvents
+from .kv_events import HashedTreeNode, TreeEvents
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -78,6 +78,7 @@ class RadixCoreCache(RadixCache):
             on_evict=self._free_evicted_value,
             on_store=events.stored if events else None,
             on_remove=events.removed if events else None,
+            node_class=HashedTreeNode,
         )
         self.root_node = self.tree.root_node
         self._empty_device_indices = torch.empty((0,), dtype=torch.int64, device=self.device)

@@ -35,6 +35,8 @@ from sglang.srt.disaggregation.kv_events import (
 )
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
+import radix_core
+
 logger = logging.getLogger("radix_sglang_adapter")
 
 DIGEST_BYTES = 32
@@ -140,6 +142,32 @@ def block_hashes(digests: bytes) -> list[int]:
     if sys.byteorder == "little":
         firsts.byteswap()
     return firsts.tolist()
+
+
+class HashedTreeNode(radix_core.TreeNode):
+    """radix-core's node, showing its page hashes where SGLang's TreeNode keeps them for its KV
+    events (its tests and tools read them there): a list of hex digests, None until hashed."""
+
+    __slots__ = ()
+
+    @property
+    def hash_value(self) -> list[str] | None:
+        """The chain of a node outside any namespace (for one inside, SGLang's ``hash_value`` is
+        its HiCache storage chain, which this backend has no use for: None); the root's is empty."""
+        if self.key.extra_key is not None:
+            return None
+        return [] if len(self.key) == 0 else self._hex_page_hashes()
+
+    @property
+    def event_hash_value(self) -> list[str] | None:
+        """The chain a namespaced node publishes (None outside any namespace, as SGLang's)."""
+        return None if self.key.extra_key is None else self._hex_page_hashes()
+
+    def _hex_page_hashes(self) -> list[str] | None:
+        digests = self.page_hashes
+        if digests is None:
+            return None
+        return [digests[start : start + DIGEST_BYTES].hex() for start in range(0, len(digests), DIGEST_BYTES)]
 
 
 class TreeEvents:
