@@ -138,10 +138,11 @@ def _little_endian(words: array) -> bytes:
 def block_hashes(digests: bytes) -> list[int]:
     """The int64 SGLang publishes for each page of a node's digests (before namespacing): the
     first 8 bytes of each digest, big-endian, signed."""
-    firsts = array("q", memoryview(digests).cast("q")[:: DIGEST_BYTES // 8])
+    words = array("q")
+    words.frombytes(digests)
     if sys.byteorder == "little":
-        firsts.byteswap()
-    return firsts.tolist()
+        words.byteswap()
+    return memoryview(words)[:: DIGEST_BYTES // 8].tolist()
 
 
 class HashedTreeNode(radix_core.TreeNode):
