@@ -27,7 +27,12 @@ tokens). Ratios are SGLang default over each radix cache, per round; rounds rota
 The model is tiny, so its forward is cheap but not free: the scheduler's own work is what the
 cache can change, and is reported apart from it.
 
-    python benchmarks/benchmark_e2e.py [--requests N] [--rounds R] [--json FILE] [--plot FILE]
+``--kv-events``: SGLang default and radix native also run with KV cache events published
+(``--kv-events-config``, ZMQ bound with no subscriber: the events are built, taken and sent all the
+same), in the same rotation; their ratios are against SGLang default with events, and each is also
+given against its own events-off run of the round.
+
+    python benchmarks/benchmark_e2e.py [--requests N] [--rounds R] [--kv-events] [--json FILE] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -55,7 +60,11 @@ from sglang_server import SITE, VOCAB, Server, ServerConfig, write_models  # noq
 from workloads import trace_prompts  # noqa: E402
 
 CACHES = {"SGLang default": "default", "radix native": "radix-native", "radix pure": "radix-python"}
-RADIX = [name for name in CACHES if name != "SGLang default"]
+BASELINE = "SGLang default"
+WITH_EVENTS = " + events"  # a cache's name with it: the same cache, KV cache events published
+EVENT_RUNS = [BASELINE + WITH_EVENTS, "radix native" + WITH_EVENTS]
+# Published to a bound socket nobody reads: SGLang builds, takes and sends every event all the same.
+EVENTS_CONFIG = json.dumps({"publisher": "zmq", "endpoint": "tcp://127.0.0.1:5557", "topic": "kv", "bind": True})
 MODES = {"plain": None, "EAGLE": "EAGLE"}
 METRICS = ("outside_forward_ms", "cache_ms", "ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_share")
 SHOWN_APART = ("forward_ms", "stand_in_kernels_ms")  # the scheduler's thread time left out of "outside"
@@ -154,21 +163,28 @@ def summarize(runs: dict[str, dict[str, list[dict]]]) -> list[dict]:
                 for method in methods
             }
             row["caches"][name] = medians
-        for name in RADIX:
+        for name in by_cache:
+            events = name.endswith(WITH_EVENTS)
+            baseline = BASELINE + WITH_EVENTS if events else BASELINE
             for metric in ("outside_forward_ms", "cache_ms"):
-                ratios = [
-                    default[metric] / radix[metric]
-                    for default, radix in zip(by_cache["SGLang default"], by_cache[name], strict=True)
-                ]
-                row["caches"][name][f"{metric}_ratio"] = statistics.median(ratios)
-                row["caches"][name][f"{metric}_ratio_range"] = [min(ratios), max(ratios)]
+                if name != baseline:
+                    ratios = [
+                        default[metric] / radix[metric]
+                        for default, radix in zip(by_cache[baseline], by_cache[name], strict=True)
+                    ]
+                    row["caches"][name][f"{metric}_ratio"] = statistics.median(ratios)
+                    row["caches"][name][f"{metric}_ratio_range"] = [min(ratios), max(ratios)]
+                if events:  # per round: events on over events off
+                    off = by_cache[name.removesuffix(WITH_EVENTS)]
+                    costs = [on[metric] / plain[metric] for on, plain in zip(by_cache[name], off, strict=True)]
+                    row["caches"][name][f"{metric}_events_cost"] = statistics.median(costs)
         rows.append(row)
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
     header = (
-        f"{'mode':6} {'cache':15} {'outside fwd ms':>15} {'x default':>10} {'cache ms':>9} {'x default':>10} "
+        f"{'mode':6} {'cache':23} {'outside fwd ms':>15} {'x default':>10} {'cache ms':>9} {'x default':>10} "
         f"{'fwd ms':>7} {'stand-in':>8} {'TTFT p50':>9} {'p99':>7} {'req/s':>6} {'cached':>7}"
     )
     print(header)
@@ -179,11 +195,16 @@ def print_table(rows: list[dict]) -> None:
                 for metric in ("outside_forward_ms", "cache_ms")
             ]
             print(
-                f"{row['mode']:6} {name:15} {cell['outside_forward_ms']:15.3f} {ratios[0]:>10} "
+                f"{row['mode']:6} {name:23} {cell['outside_forward_ms']:15.3f} {ratios[0]:>10} "
                 f"{cell['cache_ms']:9.3f} {ratios[1]:>10} {cell['forward_ms']:7.2f} {cell['stand_in_kernels_ms']:8.2f} "
                 f"{cell['ttft_p50_ms']:9.1f} "
                 f"{cell['ttft_p99_ms']:7.1f} {cell['requests_per_s']:6.1f} {cell['cached_share']:7.1%}"
             )
+            if "cache_ms_events_cost" in cell:
+                print(
+                    f"{'':6} {'':23} events on: outside the forward {cell['outside_forward_ms_events_cost']:.2f}x,"
+                    f" in the cache {cell['cache_ms_events_cost']:.2f}x its time without"
+                )
 
 
 def print_methods(rows: list[dict], shown: int = 6) -> None:
@@ -191,7 +212,7 @@ def print_methods(rows: list[dict], shown: int = 6) -> None:
     for row in rows:
         for name, cell in row["caches"].items():
             largest = sorted(cell["cache_us_by_method"].items(), key=lambda item: -item[1])[:shown]
-            print(f"{row['mode']:6} {name:15} " + ", ".join(f"{method} {us:.1f}" for method, us in largest))
+            print(f"{row['mode']:6} {name:23} " + ", ".join(f"{method} {us:.1f}" for method, us in largest))
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -231,6 +252,7 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--block-tokens", type=int, default=16)
     parser.add_argument("--max-blocks", type=int, default=64)
+    parser.add_argument("--kv-events", action="store_true", help="also run the default and radix native with events")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--plot", metavar="FILE")
     args = parser.parse_args()
@@ -243,19 +265,24 @@ def main() -> int:
     print(f"{cpu_model()}, Python {platform.python_version()}, logs in {work}")
     print(f"{len(warm)} + {len(prompts)} timed trace prompts, {tokens} prompt tokens, concurrency {args.concurrency}")
     pool = 2 * args.concurrency * (args.block_tokens * args.max_blocks + args.new_tokens) + tokens
-    runs: dict[str, dict[str, list[dict]]] = {mode: {name: [] for name in CACHES} for mode in MODES}
-    names = list(CACHES)
+    names = list(CACHES) + (EVENT_RUNS if args.kv_events else [])
+    runs: dict[str, dict[str, list[dict]]] = {mode: {name: [] for name in names} for mode in MODES}
     for round_index in range(args.rounds):
         for mode, speculative in MODES.items():
             order = names[round_index % len(names) :] + names[: round_index % len(names)]
             for name in order:
+                events = ("--kv-events-config", EVENTS_CONFIG) if name.endswith(WITH_EVENTS) else ()
                 config = ServerConfig(
-                    CACHES[name], max_total_tokens=pool, max_running_requests=args.concurrency, speculative=speculative
+                    CACHES[name.removesuffix(WITH_EVENTS)],
+                    max_total_tokens=pool,
+                    max_running_requests=args.concurrency,
+                    speculative=speculative,
+                    flags=events,
                 )
                 result = run_one(config, models, warm, prompts, args, work)
                 runs[mode][name].append(result)
                 print(
-                    f"round {round_index + 1} {mode:5} {name:15} "
+                    f"round {round_index + 1} {mode:5} {name:23} "
                     + json.dumps({k: round(v, 4) for k, v in result.items() if isinstance(v, float)})
                 )
     rows = summarize(runs)
