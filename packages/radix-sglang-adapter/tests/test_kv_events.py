@@ -21,7 +21,8 @@ if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
 import torch  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: E402
+from sglang.srt.disaggregation.kv_events import BlockRemoved, BlockStored  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache as SGLangRadixCache  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
@@ -87,3 +88,19 @@ def test_nodes_show_their_hashes_where_sglangs_nodes_keep_them(backend_name, cac
             cache.take_events()
             seen.append([getattr(node, shown), getattr(node.parent, shown)])
     assert seen[:2] == seen[2:] and seen[0][0] is not None
+
+
+def test_a_prefix_sglang_cannot_hash_is_cached_but_not_published(backend_name, caplog):
+    """SGLang's recorder raises mid-step on a negative token id; the backend caches the prefix,
+    publishes nothing for it or below it, logs once, and goes on publishing the rest."""
+    cache = sh.Server(RadixCoreCache, page_size=1, enable_kv_cache_events=True).cache
+    cache.take_events()
+    for tokens in ([7, -1, 8], [7, -1, 8, 9], [7, -1, 5], [1, 2]):
+        cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=torch.arange(len(tokens))))
+    stored = [event for event in cache.take_events() if isinstance(event, BlockStored)]
+    assert [event.token_ids for event in stored] == [[1, 2]]
+    assert sum("not published" in record.message for record in caplog.records) == 1
+    assert cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [7, -1, 8, 9])))).device_prefix_len == 4
+    cache.evict(EvictParams(num_tokens=100))
+    removed = [hash for event in cache.take_events() if isinstance(event, BlockRemoved) for hash in event.block_hashes]
+    assert sorted(removed) == sorted(hash for event in stored for hash in event.block_hashes)

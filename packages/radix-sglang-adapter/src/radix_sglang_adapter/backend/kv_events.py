@@ -172,11 +172,17 @@ class HashedTreeNode(radix_core.TreeNode):
 
 
 class TreeEvents:
-    """radix-core's ``on_store`` / ``on_remove`` for a cache whose events go to SGLang's ``recorder``."""
+    """radix-core's ``on_store`` / ``on_remove`` for a cache whose events go to SGLang's ``recorder``.
+
+    A node whose tokens SGLang's hash refuses (a negative id, which SGLang's own recorder raises on
+    in the middle of the scheduler's step) is cached but not published, nor is anything below it
+    (its pages have no hash to chain from): a router then underestimates this worker, and serving
+    goes on. Logged once per cache."""
 
     def __init__(self, recorder: Any, page_size: int):
         self.recorder = recorder
         self.page_size = page_size
+        self._unhashable_logged = False
         compiled_hash()  # SGLang builds it on first use: not in the middle of a request
 
     def _namespace_seed(self, extra_key: str | None, cache_salt: str | None) -> bytes | None:
@@ -200,9 +206,17 @@ class TreeEvents:
         tokens = key.token_ids
         if parent.parent is None:  # under the root: the chain starts
             prior, parent_digest = chain_seed(cache_salt), None
+        elif parent.page_hashes is None:  # below an unpublished node
+            return
         else:
             prior = parent_digest = parent.page_hashes[-DIGEST_BYTES:]
-        digests = page_digests(tokens, key.is_bigram, self.page_size, prior)
+        try:
+            digests = page_digests(tokens, key.is_bigram, self.page_size, prior)
+        except ValueError as exc:
+            if not self._unhashable_logged:
+                self._unhashable_logged = True
+                logger.error("KV events: a cached prefix is not published, nor anything below it: %s", exc)
+            return
         node.page_hashes = digests
         seed = self._namespace_seed(extra_key, cache_salt)
         names = self.recorder.lora_names
@@ -221,6 +235,8 @@ class TreeEvents:
         )
 
     def removed(self, node: Any) -> None:
+        if node.page_hashes is None:  # never published
+            return
         seed = self._namespace_seed(*split_namespace(node.key.extra_key))
         self.recorder.enqueue(
             BlockRemoved(block_hashes=self._published(node.page_hashes, seed), medium=StorageMedium.GPU)
