@@ -104,3 +104,14 @@ def test_a_prefix_sglang_cannot_hash_is_cached_but_not_published(backend_name, c
     cache.evict(EvictParams(num_tokens=100))
     removed = [hash for event in cache.take_events() if isinstance(event, BlockRemoved) for hash in event.block_hashes]
     assert sorted(removed) == sorted(hash for event in stored for hash in event.block_hashes)
+
+
+def test_a_failing_compiled_hash_leaves_the_hashes_to_python_with_one_warning(monkeypatch, caplog):
+    def broken(*args):
+        raise RuntimeError("a broken kernel")
+
+    monkeypatch.setattr("radix_sglang_adapter.backend.kv_events.compiled_hash", lambda: broken)
+    tokens = array("q", [3, 1, 4, 1, 5])
+    for _ in range(2):
+        assert page_digests(tokens, False, 1, None) == python_page_digests(tokens, False, 1, None)
+    assert sum("compiled page hash raised RuntimeError" in record.message for record in caplog.records) == 1

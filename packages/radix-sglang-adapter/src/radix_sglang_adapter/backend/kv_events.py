@@ -76,14 +76,21 @@ def page_digests(tokens: array, is_bigram: bool, page_size: int, prior: bytes | 
     (a bigram node's include the token its last pair ends with), from ``prior``, as SGLang hashes
     them; ValueError for a negative token id, which SGLang refuses too."""
     hashed = compiled_hash()
-    if hashed is not None:
-        try:
-            hexes = hashed(RadixKey(tokens, is_bigram=is_bigram), prior.hex() if prior else None, page_size)
-        except Exception:  # a token SGLang's kernel refuses: the reference says which, in a ValueError
-            pass
-        else:
-            return bytes.fromhex("".join(hexes))
-    return python_page_digests(tokens, is_bigram, page_size, prior)
+    if hashed is None:
+        return python_page_digests(tokens, is_bigram, page_size, prior)
+    try:
+        hexes = hashed(RadixKey(tokens, is_bigram=is_bigram), prior.hex() if prior else None, page_size)
+    except Exception as exc:  # a token it refuses (the reference raises ValueError), or a broken kernel
+        digests = python_page_digests(tokens, is_bigram, page_size, prior)
+        _kernel_failed_on_valid_tokens(type(exc).__name__)
+        return digests
+    return bytes.fromhex("".join(hexes))
+
+
+@functools.cache
+def _kernel_failed_on_valid_tokens(error: str) -> None:
+    """Logged once per kind of error: the Python reference hashed what SGLang's kernel did not."""
+    logger.warning("KV events: SGLang's compiled page hash raised %s on tokens Python hashed instead", error)
 
 
 def python_page_digests(tokens: array, is_bigram: bool, page_size: int, prior: bytes | None) -> bytes:
