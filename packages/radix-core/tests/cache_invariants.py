@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from radix_core import RadixCache, TreeNode
+from radix_core import RadixCache, TieredNode, TieredRadixCache, TreeNode
 
 
 def check_invariants(cache: RadixCache) -> None:
@@ -38,5 +38,58 @@ def check_invariants(cache: RadixCache) -> None:
         stack.extend(node.children.values())
     assert cache.evictable_size() == evictable
     assert cache.protected_size() == protected
+    assert cache.total_size() == evictable + protected
+    assert cache.node_count() == nodes
+
+
+def check_tiered_invariants(cache: TieredRadixCache) -> None:
+    """A TieredRadixCache's tiers: every node on one at least, device nodes (and, outside
+    write_back, host nodes) rooted subtrees, sizes per tier, live heap entries for device and host
+    leaves with their current priorities, host locks and locks counted along paths."""
+    root = cache.root_node
+    assert root.parent is None and root.lock_ref == 1 and root.value is None and root.host_value is None
+    evictable = protected = host = nodes = 0
+    device_heap = {stamp: (priority, node) for priority, stamp, node in cache._heap}
+    host_heap = {stamp: (priority, node) for priority, stamp, node in cache._host_heap}
+    stack: list[TieredNode] = list(root.children.values())  # type: ignore[arg-type]
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        units = len(node.key)
+        parent: TieredNode = node.parent  # type: ignore[assignment]
+        assert units > 0 and units % cache.page_size == 0 and node.key.is_bigram == cache.is_eagle
+        assert parent.children[node.key.child_key(cache.page_size)] is node
+        assert node.key.extra_key == parent.key.extra_key or parent is root
+        assert node.value is not None or node.host_value is not None, "a node lives on a tier at least"
+        assert node.lock_ref >= sum(child.lock_ref for child in node.children.values()) >= 0
+        assert node.host_lock_ref >= 0
+        if node.value is not None:
+            assert len(node.value) == units
+            assert parent is root or parent.value is not None, "device nodes form a rooted subtree"
+            if node.lock_ref:
+                protected += units
+            else:
+                evictable += units
+        if node.host_value is not None:
+            assert len(node.host_value) == units
+            host += units
+            if not cache.write_back:
+                assert parent is root or parent.host_value is not None, "host nodes form a rooted subtree"
+        device_leaf = (
+            node.value is not None
+            and not node.lock_ref
+            and all(child.value is None for child in node.children.values())
+        )
+        if device_leaf:
+            entry = device_heap.get(node._heap_stamp)
+            assert entry is not None and entry[1] is node, "every device leaf has a live heap entry"
+            assert entry[0] == cache._eviction_priority(node), "with its current eviction priority"
+        host_leaf = node.value is None and not node.children and not node.lock_ref and not node.host_lock_ref
+        if host_leaf:
+            entry = host_heap.get(node._host_stamp)
+            assert entry is not None and entry[1] is node, "every host leaf has a live host heap entry"
+            assert entry[0] == cache._eviction_priority(node), "with its current eviction priority"
+        stack.extend(node.children.values())  # type: ignore[arg-type]
+    assert (cache.evictable_size(), cache.protected_size(), cache.host_size()) == (evictable, protected, host)
     assert cache.total_size() == evictable + protected
     assert cache.node_count() == nodes

@@ -26,6 +26,14 @@ from .bigram import (  # noqa: E402
 )
 from .cache import EVICTION_POLICIES, InsertResult, MatchResult, RadixCache, TreeNode  # noqa: E402
 from .key import RadixKey, common_prefix_length, python_common_prefix_length  # noqa: E402
+from .tiers import (  # noqa: E402
+    WRITE_POLICIES,
+    HostInsertResult,
+    TieredInsertResult,
+    TieredMatchResult,
+    TieredNode,
+    TieredRadixCache,
+)
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -41,7 +49,13 @@ __all__ = [
     "NativeBackendUnavailable",
     "RadixCache",
     "RadixKey",
+    "HostInsertResult",
+    "TieredInsertResult",
+    "TieredMatchResult",
+    "TieredNode",
+    "TieredRadixCache",
     "TreeNode",
+    "WRITE_POLICIES",
     "__version__",
     "backend",
     "common_prefix_length",

@@ -212,8 +212,7 @@ class RadixCache:
             return MatchResult(0, node, [], self._join)
         self._enter(path, ends, 0, access_time)
         node = path[-1]
-        if not node.children:
-            self._reprioritize(node)
+        self._reprioritize(node)
         values = [child.value for child in path]
         position = ends[-1]
         return MatchResult(position, node, values, self._join)
@@ -270,18 +269,25 @@ class RadixCache:
         priority = 0 if priority is None else priority
         page = self.page_size
 
+        def values_of(start: int, stop: int) -> Any:
+            """The value items of key units [start, stop), as a node keeps them."""
+            if start < value_offset:
+                raise ValueError(f"only {start} units are cached, but the value starts at unit {value_offset}")
+            first, last = start - value_offset, stop - value_offset
+            return kind.cut(value, first, last) if copy else value[first:last]
+
         node = self.root_node
         access_time = time.monotonic()
         node.last_access_time = access_time
         node.priority = max(node.priority, priority)
         position = 0
         if known_path is not None:
-            node, position = self._follow(known_path, units, access_time, priority, inserted_len)
+            node, position = self._follow(known_path, units, access_time, priority, inserted_len, values_of)
         if position < units:
             path, ends = descend(node, key, position, page)
             if path:
                 self._enter(path, ends, position, access_time)
-                self._pass_through(path, ends, priority, inserted_len)
+                self._pass_through(path, ends, position, priority, inserted_len, values_of)
                 node, position = path[-1], ends[-1]
         if position < units:
             if position < value_offset:
@@ -295,9 +301,7 @@ class RadixCache:
             pieces = []
             for start, stop in reversed(list(zip(bounds, bounds[1:]))):
                 piece_key = key._units(start, stop)
-                first, last = start - value_offset, stop - value_offset
-                piece_value = kind.cut(value, first, last) if copy else value[first:last]
-                piece = self.node_class(_stored(piece_key), piece_value, None, priority)
+                piece = self.node_class(_stored(piece_key), values_of(start, stop), None, priority)
                 piece.hit_count = 1 if units > inserted_len else 0
                 pieces.append((piece_key, piece))
             for piece_key, piece in reversed(pieces):
@@ -323,19 +327,23 @@ class RadixCache:
             _, stamp, node = heapq.heappop(heap)
             if stamp != node._heap_stamp or not self._is_evictable_leaf(node):
                 continue  # superseded by a newer entry, or no longer an evictable leaf
-            parent = node.parent
-            del parent.children[node.key.child_key(self.page_size)]  # type: ignore[union-attr]
-            node.parent = None
-            units = len(node.key)
-            self._evictable_size -= units
-            self._node_count -= 1
-            evicted += units
-            self._reprioritize(parent)  # type: ignore[arg-type]
-            if self.on_evict is not None:
-                self.on_evict(node.value)
-            if self.on_remove is not None:
-                self.on_remove(node)
+            evicted += self._evict_leaf(node)
         return evicted
+
+    def _evict_leaf(self, node: TreeNode) -> int:
+        """Take an evictable leaf out of the tree (its value to ``on_evict``); returns its units."""
+        parent: TreeNode = node.parent  # type: ignore[assignment]
+        del parent.children[node.key.child_key(self.page_size)]
+        node.parent = None
+        units = len(node.key)
+        self._evictable_size -= units
+        self._node_count -= 1
+        self._reprioritize(parent)
+        if self.on_evict is not None:
+            self.on_evict(node.value)
+        if self.on_remove is not None:
+            self.on_remove(node)
+        return units
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
@@ -365,8 +373,7 @@ class RadixCache:
         self.root_node.last_access_time = access_time
         for ancestor in path:
             ancestor.last_access_time = access_time
-        if not node.children:
-            self._reprioritize(node)
+        self._reprioritize(node)
 
     def path_indices(self, node: TreeNode) -> Any:
         """The values on the path from the root down to ``node``, joined: the ``indices`` of a
@@ -389,7 +396,8 @@ class RadixCache:
         stack = list(self.root_node.children.values())
         while stack:
             node = stack.pop()
-            total += len(node.value)
+            if node.value is not None:
+                total += len(node.value)
             stack.extend(node.children.values())
         return total
 
@@ -420,19 +428,28 @@ class RadixCache:
     def _check_value(self, value: Any, key_units: int, value_offset: int) -> ValueKind:
         """The kind of ``value``, which must hold an item per unit of a key of ``key_units`` from
         ``value_offset`` on; the first value checked sets the cache's kind."""
-        kind = value_kind_of(value)
-        if self._value_kind is not None and kind is not self._value_kind:
-            raise TypeError(f"this cache holds {self._value_kind.name} values, not {kind.name}")
-        kind.check(value)
+        kind = self._kind_of(value)
         items = kind.length(value)
         if items != key_units - value_offset:
             raise ValueError(
                 f"value has {items} items but the key has {key_units} from offset {value_offset}; they must match"
             )
+        self._settle_kind(kind, value)
+        return kind
+
+    def _kind_of(self, value: Any) -> ValueKind:
+        """The kind of a device value, checked, which must be the cache's kind if it has one."""
+        kind = value_kind_of(value)
+        if self._value_kind is not None and kind is not self._value_kind:
+            raise TypeError(f"this cache holds {self._value_kind.name} values, not {kind.name}")
+        kind.check(value)
+        return kind
+
+    def _settle_kind(self, kind: ValueKind, value: Any) -> None:
+        """The first value the cache takes sets its kind."""
         if self._value_kind is None:
             self._value_kind = kind
             self._empty_value = kind.cut(value, 0, 0)
-        return kind
 
     def _join(self, values: list[Any]) -> Any:
         kind = self._value_kind
@@ -452,12 +469,17 @@ class RadixCache:
         last = path[-1]
         shared = ends[-1] - (ends[-2] if len(ends) > 1 else position)
         if shared < len(last.key):
-            if not last.children:
-                self._reprioritize(last)  # the lower part keeps its children and got a new access time
+            self._reprioritize(last)  # the lower part keeps its children and got a new access time
             path[-1] = self._split(last, shared)
 
     def _follow(
-        self, known_path: TreeNode, units: int, access_time: float, priority: int, inserted_len: int
+        self,
+        known_path: TreeNode,
+        units: int,
+        access_time: float,
+        priority: int,
+        inserted_len: int,
+        values_of: Callable[[int, int], Any],
     ) -> tuple[TreeNode, int]:
         """What insert's walk does down ``known_path``'s path as far as the key's ``units`` go,
         without comparing tokens (the key ends inside a node: that node is split there, as the
@@ -470,35 +492,42 @@ class RadixCache:
             end = position + len(child.key)
             child.last_access_time = access_time
             if end > units:  # what _enter does when the key leaves the child inside
-                if not child.children:
-                    self._reprioritize(child)
+                self._reprioritize(child)
                 child, end = self._split(child, units - position), units
             passed.append(child)
             ends.append(end)
             node, position = child, end
         if passed:
-            self._pass_through(passed, ends, priority, inserted_len)
+            self._pass_through(passed, ends, 0, priority, inserted_len, values_of)
         return node, position
 
-    def _pass_through(self, path: list[TreeNode], ends: list[int], priority: int, inserted_len: int) -> None:
-        """What an insert does to the nodes it walks through, top down, node ``i`` ending at unit
-        ``ends[i]`` of the key. Every node but the last leads on to the next: only the last can be
-        a leaf whose eviction priority changes."""
+    def _pass_through(
+        self,
+        path: list[TreeNode],
+        ends: list[int],
+        position: int,
+        priority: int,
+        inserted_len: int,
+        values_of: Callable[[int, int], Any],
+    ) -> None:
+        """What an insert does to the nodes it walks through, top down from key unit ``position``,
+        node ``i`` ending at unit ``ends[i]`` of the key (``values_of(start, stop)`` gives the
+        insert's value items of units there, for a tree that stores values in nodes it passes).
+        Every node but the last leads on to the next: only the last can be a leaf whose eviction
+        priority changes."""
         for child, end in zip(path, ends):
             if priority > child.priority:
                 child.priority = priority
             if end > inserted_len:  # SGLang's rule: a request's own earlier inserts are no new hit
                 child.hit_count += 1
-        if not path[-1].children:
-            self._reprioritize(path[-1])
+        self._reprioritize(path[-1])
 
     def _split(self, child: TreeNode, at: int) -> TreeNode:
         """Cut ``child`` after ``at`` units; returns the new upper node (SGLang's node split)."""
         page = self.page_size
-        kind: ValueKind = self._value_kind  # type: ignore[assignment]
         parent: TreeNode = child.parent  # type: ignore[assignment]
-        upper_value, child.value = kind.split(child.value, at)
-        upper = self.node_class(_stored(child.key._units(0, at)), upper_value, parent, child.priority)
+        upper = self.node_class(_stored(child.key._units(0, at)), None, parent, child.priority)
+        self._cut_values(upper, child, at)
         upper.hit_count = child.hit_count
         upper.lock_ref = child.lock_ref
         parent.children[child.key.child_key(page)] = upper
@@ -511,6 +540,11 @@ class RadixCache:
             upper.page_hashes, child.page_hashes = hashes[:cut], hashes[cut:]
         self._node_count += 1
         return upper
+
+    def _cut_values(self, upper: TreeNode, child: TreeNode, at: int) -> None:
+        """Give ``upper``, the new upper part of ``child`` in a split, the first ``at`` value items."""
+        kind: ValueKind = self._value_kind  # type: ignore[assignment]
+        upper.value, child.value = kind.split(child.value, at)
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
         return node.lock_ref == 0 and not node.children and node.parent is not None
@@ -529,7 +563,7 @@ class RadixCache:
     def _lock_path(self, path: list[TreeNode]) -> int:
         delta = 0
         for ancestor in path:
-            if ancestor.lock_ref == 0:
+            if ancestor.lock_ref == 0 and ancestor.value is not None:  # only a host tier has None
                 units = len(ancestor.key)
                 self._evictable_size -= units
                 self._protected_size += units
@@ -542,10 +576,11 @@ class RadixCache:
         for ancestor in path:
             ancestor.lock_ref -= 1
             if ancestor.lock_ref == 0:
-                units = len(ancestor.key)
-                self._evictable_size += units
-                self._protected_size -= units
-                delta += units
+                if ancestor.value is not None:  # only a host tier has None
+                    units = len(ancestor.key)
+                    self._evictable_size += units
+                    self._protected_size -= units
+                    delta += units
                 self._reprioritize(ancestor)
         return delta
 
