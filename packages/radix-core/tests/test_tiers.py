@@ -248,29 +248,35 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, write_policy: str)
             self.cache.dec_lock_ref(anchor)
 
         @rule(
-            tokens=keys, extra_key=namespaces, tail=st.lists(st.integers(0, 3), max_size=8), start_at=st.integers(0, 2)
+            tokens=keys,
+            extra_key=namespaces,
+            tail=st.lists(st.integers(0, 3), max_size=8),
+            start_at=st.integers(0, 3),
+            anchor_at=st.integers(0, 30),
         )
-        def insert_host(self, tokens, extra_key, tail, start_at):
-            """An L3 prefetch: the units past ``start`` (the root, the device match or the host
-            match) come from storage, as host values."""
+        def insert_host(self, tokens, extra_key, tail, start_at, anchor_at):
+            """An L3 prefetch: the units past ``start`` (the root, the device match, the host
+            match, or the host match of a first part of the key, below which the tree may hold
+            more) come from storage, as host values."""
             whole = self.cache_key(tokens + tail, extra_key)
             result = self.cache.match_prefix(RadixKey(tokens + tail, extra_key))
-            start = [self.cache.root_node, result.last_node, result.best_node][start_at]
+            anchor = self.cache.match_prefix(RadixKey(tokens[:anchor_at], extra_key)).best_node
+            start = [self.cache.root_node, result.last_node, result.best_node, anchor][start_at]
             depth = len(self.path_units(start))
             host_value = self.fresh(len(whole) - depth, 10**9)
             write_back = write_policy == "write_back"
-            last_host = "root" if start is self.cache.root_node else self.model[self.node_labels(start)[-1]][1]
+            above_on_host = start is self.cache.root_node or self.model[self.node_labels(start)[-1]][1] is not None
             adopted_units, dropped, new_pages = set(), False, False
             for label, first, stop in self.pages(whole, depth, tuple(list(whole)[:depth])):
                 items = tuple(host_value[first - depth : stop - depth])
                 if label in self.model and not new_pages:
-                    if self.model[label][1] is None and not write_back:
-                        self.model[label][1] = items
+                    if self.model[label][1] is None and not write_back and above_on_host:
+                        self.model[label][1] = items  # host copies only below host copies
                         adopted_units.update(range(first - depth, stop - depth))
-                    last_host = self.model[label][1]
+                    above_on_host = self.model[label][1] is not None
                     continue
                 if not new_pages:
-                    dropped = not write_back and last_host is None  # it would hang below no host copy
+                    dropped = not write_back and not above_on_host  # it would hang below no host copy
                 new_pages = True
                 if not dropped:
                     self.model[label] = [None, items]
@@ -505,3 +511,17 @@ def test_bad_calls_are_refused():
         cache.drop_subtree(node)
     with pytest.raises(ValueError, match=">= 0"):
         cache.evict_host(-1)
+
+
+def test_a_prefetch_refills_host_copies_only_below_host_copies(backend_name):
+    """SGLang 0.5.23 refills below a node with no host copy (here a prefetch anchored on a node
+    hit once under write_through_selective), and deleting that node at device eviction orphans
+    the copies below it: the host slots are never freed. Here the refill stops there."""
+    host_freed: list = []
+    cache = TieredRadixCache(write_policy="write_through_selective", on_host_evict=host_freed.append)
+    cache.insert([7, 7, 7, 7], array("q", [1, 2, 3, 4]))
+    anchor = cache.match_prefix([7, 7]).best_node
+    prefetch = cache.insert_host(anchor, [7, 7, 5], array("q", [100, 101, 102]))
+    assert prefetch == ([], None), "nothing adopted: the caller frees every slot"
+    check_tiered_invariants(cache)
+    assert cache.evict(4) == 4 and cache.node_count() == 0 and cache.host_size() == 0

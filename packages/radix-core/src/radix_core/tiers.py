@@ -336,8 +336,12 @@ class TieredRadixCache(RadixCache):
     def insert_host(self, node: TieredNode, key: KeyLike, host_value: Any) -> HostInsertResult:
         """Cache ``key``, the units that follow ``node``'s path, on the host tier with
         ``host_value`` (an L3 prefetch). Nodes on the way without a host copy take theirs from
-        ``host_value`` (not under write_back); the rest becomes a host-only node, unless (outside
-        write_back) it would hang below a node with no host copy: then it is dropped."""
+        ``host_value`` (not under write_back) where the node above has one; the rest becomes a
+        host-only node, unless (outside write_back) it would hang below a node with no host copy:
+        then it is dropped. So host copies stay a rooted subtree: SGLang 0.5.23 refills below a
+        node with none (a prefetch anchored on an unbacked node under write_through_selective),
+        and deleting that node at device eviction then orphans the copies below it, lost to the
+        host pool for good."""
         self._check_in_tree(node)
         key = self._as_cache_key(key)
         kind = value_kind_of(host_value)
@@ -355,13 +359,15 @@ class TieredRadixCache(RadixCache):
         if found:
             self._enter(found, ends, 0, access_time)  # splits the last node where the key leaves it
             path = cast("list[TieredNode]", found)
+            above_on_host = node is self.root_node or node.host_value is not None
             for child, end in zip(path, ends):
-                if not self.write_back and child.host_value is None:
+                if not self.write_back and child.host_value is None and above_on_host:
                     child.host_value = kind.cut(host_value, position, end)
                     self._host_size += end - position
                     adopted.append((position, end))
                     self._note_duplicate(child)
                 self._reprioritize(child)  # a device leaf above host-only children may be on the path
+                above_on_host = child.host_value is not None
                 position = end
             node = path[-1]
         if position == units:
@@ -488,7 +494,7 @@ class TieredRadixCache(RadixCache):
             return
         current: TieredNode | None = node
         while True:
-            if current is None or current is self.root_node or current.host_lock_ref <= 0:
+            if current is None or current.host_lock_ref <= 0:
                 raise ValueError(f"no host lock {mark} held from {node!r}")
             current.host_lock_ref -= 1
             self._reprioritize(current)
