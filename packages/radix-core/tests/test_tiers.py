@@ -111,10 +111,11 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, write_policy: str)
             for target in nodes:
                 for node in self.cache.backup_chain(target):
                     host_value = self.fresh(len(node.key), 10**9)
-                    self.cache.commit_backup(node, host_value, pending=pending)
+                    self.cache.commit_backup(node, host_value)
                     for i, label in enumerate(self.node_labels(node)):
                         self.model[label][1] = tuple(host_value[i * page_size : (i + 1) * page_size])
                     if pending:  # SGLang keeps a write-through's node locked until the copy lands
+                        self.cache.mark_backup_pending(node)
                         self.cache.inc_lock_ref(node)
                         self.pending_backups.append(node)
 

@@ -322,13 +322,22 @@ class RadixCache:
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
         evicted = 0
-        heap = self._heap
-        while evicted < num_tokens and heap:
-            _, stamp, node = heapq.heappop(heap)
-            if stamp != node._heap_stamp or not self._is_evictable_leaf(node):
-                continue  # superseded by a newer entry, or no longer an evictable leaf
+        while evicted < num_tokens:
+            node = self._pop_evictable_leaf()
+            if node is None:
+                break
             evicted += self._evict_leaf(node)
         return evicted
+
+    def _pop_evictable_leaf(self) -> TreeNode | None:
+        """The evictable leaf of lowest eviction priority, its heap entry taken; None if none."""
+        heap = self._heap
+        while heap:
+            _, stamp, node = heapq.heappop(heap)
+            if stamp == node._heap_stamp and self._is_evictable_leaf(node):
+                return node
+            # else superseded by a newer entry, or no longer an evictable leaf
+        return None
 
     def _evict_leaf(self, node: TreeNode) -> int:
         """Take an evictable leaf out of the tree (its value to ``on_evict``); returns its units."""

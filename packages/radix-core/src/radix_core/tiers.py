@@ -146,11 +146,10 @@ class TieredRadixCache(RadixCache):
         self._host_size = 0
         self._host_marks = 0
         self._duplicates: dict[int, TieredNode] = {}  # node id -> node on both tiers, lazily pruned
-        # Scratch of the running insert (the nodes it passed, whether each counted a hit; the value
-        # ranges host-only nodes took) and eviction (device leaves it could neither back up nor drop).
+        # Scratch of the running insert: the nodes it passed, whether each counted a hit; the value
+        # ranges host-only nodes took.
         self._walked: list[tuple[TieredNode, bool]] = []
         self._adopted: list[tuple[int, int]] = []
-        self._kept: list[TieredNode] = []
 
     # ----- match and insert -------------------------------------------------------------------
 
@@ -206,11 +205,7 @@ class TieredRadixCache(RadixCache):
             new = last_node is not self.root_node and not any(node is last_node for node, _ in self._walked)
             if new:
                 counted.append(cast(TieredNode, last_node))
-            to_back_up = [
-                node
-                for node in counted
-                if node.hit_count >= threshold and node.host_value is None and not node.backup_pending
-            ]
+            to_back_up = [node for node in counted if node.hit_count >= threshold and node.host_value is None]
         result = TieredInsertResult(prefix_len, last_node, self._adopted, to_back_up)
         self._walked, self._adopted = [], []
         return result
@@ -245,10 +240,10 @@ class TieredRadixCache(RadixCache):
             self._reprioritize(ancestor)
 
     def backup_chain(self, node: TieredNode) -> list[TieredNode]:
-        """``node`` and its ancestors with no host copy (nor one on its way), root first: what a
-        write-through backup of ``node`` copies, so that host nodes stay a rooted subtree."""
+        """``node`` and its ancestors with no host copy, root first: what a write-through backup
+        of ``node`` copies, so that host nodes stay a rooted subtree."""
         chain = []
-        while node is not self.root_node and node.host_value is None and not node.backup_pending:
+        while node is not self.root_node and node.host_value is None:
             chain.append(node)
             node = cast(TieredNode, node.parent)
         chain.reverse()
@@ -256,8 +251,8 @@ class TieredRadixCache(RadixCache):
 
     # ----- backup, load-back, L3 --------------------------------------------------------------
 
-    def commit_backup(self, node: TieredNode, host_value: Any, pending: bool = False) -> None:
-        """``node``'s device KV is (being, if ``pending``) copied to ``host_value`` in the host pool."""
+    def commit_backup(self, node: TieredNode, host_value: Any) -> None:
+        """``node``'s device KV is copied (or on its way) to ``host_value`` in the host pool."""
         self._check_in_tree(node)
         if node.value is None or node.host_value is not None:
             raise ValueError(f"{node!r} needs a device value and no host value to be backed up")
@@ -266,12 +261,18 @@ class TieredRadixCache(RadixCache):
         if kind.length(host_value) != len(node.key):
             raise ValueError(f"host value has {kind.length(host_value)} items for a node of {len(node.key)} units")
         node.host_value = host_value
-        node.backup_pending = pending
         self._host_size += len(node.key)
         self._note_duplicate(node)
 
+    def mark_backup_pending(self, node: TieredNode) -> None:
+        """``node``'s host copy (committed) is still being written: its host copy stays until
+        :meth:`finish_backup`."""
+        if node.host_value is None:
+            raise ValueError(f"{node!r} has no host copy being written")
+        node.backup_pending = True
+
     def finish_backup(self, node: TieredNode) -> None:
-        """The copy ``commit_backup(..., pending=True)`` announced has landed."""
+        """The copy :meth:`mark_backup_pending` announced has landed."""
         node.backup_pending = False
         self._note_duplicate(node)
 
@@ -390,27 +391,46 @@ class TieredRadixCache(RadixCache):
     def evict(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` device units from device leaves (see the module's rules),
         lowest eviction priority first, or all that can go; returns the units freed."""
-        self._kept = []
-        try:
-            return super().evict(num_tokens)
-        finally:
-            for node in self._kept:  # evictable still: back in the heap for the next eviction
-                self._reprioritize(node)
-            self._kept = []
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
+        evicted = 0
+        kept = []  # unbacked write_back leaves with no host room that cannot be dropped either
+        while evicted < num_tokens:
+            node = self.pop_device_leaf()
+            if node is None:
+                break
+            if node.host_value is None and self.write_back:
+                host_value = self.back_up(node) if self.back_up is not None else None
+                if host_value is None:
+                    if self.drop_subtree(node):
+                        evicted += len(node.key)
+                    else:
+                        kept.append(node)
+                    continue
+                self.commit_backup(node, host_value)
+            evicted += self.evict_device_leaf(node)
+        for node in kept:  # evictable still: back in the heap for the next eviction
+            self.requeue(node)
+        return evicted
 
-    def _evict_leaf(self, leaf: TreeNode) -> int:
-        node = cast(TieredNode, leaf)
-        if node.host_value is None:
-            if not self.write_back:
-                return super()._evict_leaf(node)
-            host_value = self.back_up(node) if self.back_up is not None else None
-            if host_value is None:
-                if self.drop_subtree(node):
-                    return len(node.key)
-                self._kept.append(node)
-                return 0
-            self.commit_backup(node, host_value)
-        return self.demote(node)
+    def pop_device_leaf(self) -> TieredNode | None:
+        """The device leaf eviction takes next (lowest eviction priority), taken off the eviction
+        heap (give it back with :meth:`requeue` if it stays); None when there is none. For a
+        caller that evicts step by step, as SGLang's UnifiedRadixCache drives its TreeCore."""
+        return cast("TieredNode | None", self._pop_evictable_leaf())
+
+    def requeue(self, node: TieredNode) -> None:
+        """Give a node :meth:`pop_device_leaf` returned and that stayed back to eviction."""
+        self._reprioritize(node)
+
+    def evict_device_leaf(self, node: TieredNode) -> int:
+        """Demote a device leaf with a host copy; delete one without (not under write_back,
+        where it must be backed up or dropped first). Returns the device units freed."""
+        if node.host_value is not None:
+            return self.demote(node)
+        if self.write_back or not self._is_evictable_leaf(node):
+            raise ValueError(f"{node!r} is not an unlocked device leaf that write_through may delete")
+        return self._evict_leaf(node)
 
     def demote(self, node: TieredNode) -> int:
         """Free the device value of a device leaf that has a host copy; the node stays, host-only.
