@@ -1,12 +1,13 @@
-"""radix-core's host tier (TieredRadixCache) against SGLang 0.5.23's own, step by step.
+"""radix-core's host tier against SGLang 0.5.23's own, step by step, through the TreeCore interface.
 
-SGLang keeps its HiCache tree in the Python TreeCore of UnifiedRadixCache (FULL component). Both
-trees get the same random stream (inserts, matches, device and host locks, write-through backups,
-load-backs, L3 inserts, device and host eviction) on CPU, driven as UnifiedRadixCache drives its
-core (the cache controller's copies stand in as index bookkeeping); after every step both must
-hold the same pages on each tier with the same indices, report the same prefixes, host hits and
-sizes, and free the same indices. Evictions run to exhaustion, so that their order (each tree's
-clock) cannot matter; the order itself is each tree's own policy heap.
+SGLang keeps its HiCache tree in the TreeCore of UnifiedRadixCache (its Python core, FULL
+component). RadixTreeCore serves the same interface on radix-core's TieredRadixCache. Both cores
+get the same random stream (inserts, matches, device and host locks, write-through backups,
+load-backs under a lock, L3 prefetch inserts, device and host eviction), driven as
+UnifiedRadixCache drives a core (the cache controller's copies stand in as index bookkeeping);
+after every step both must hold the same pages on each tier with the same indices, report the same
+prefixes, host hits and sizes, and free the same indices. Evictions run to exhaustion, so that
+their order (each tree's own clock and heap) cannot matter.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ from collections import defaultdict
 import pytest
 import torch
 
-import radix_core
-from radix_core import TieredRadixCache
-
 pytest.importorskip("sglang.srt.mem_cache.unified_cache.unified_tree_core")
 
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: E402
@@ -30,6 +28,8 @@ from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.components.full import FullComponent  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore  # noqa: E402
+
+from radix_sglang_adapter.backend.tree_core import RadixTreeCore  # noqa: E402
 
 FULL = ComponentType.FULL
 EVERYTHING = 10**9
@@ -42,10 +42,11 @@ def host_items(extra_key, units: list, start: int, stop: int) -> list[int]:
     return [hash((extra_key, tuple(units[: i + 1]))) % 2**40 + 2**41 for i in range(start, stop)]
 
 
-class SGLangTiers:
-    """SGLang's Python TreeCore with HiCache on, driven as UnifiedRadixCache drives it."""
+class CoreDriver:
+    """A TreeCore with HiCache on, driven as UnifiedRadixCache drives it; reads its tree through
+    ``view`` (each core keeps its own kind of node)."""
 
-    def __init__(self, page_size: int, policy: str, write_policy: str):
+    def __init__(self, make_core, page_size: int, policy: str, write_policy: str):
         params = CacheInitParams(
             req_to_token_pool=None,
             token_to_kv_pool_allocator=None,
@@ -56,12 +57,58 @@ class SGLangTiers:
             is_eagle=False,
         )
         owner = types.SimpleNamespace(enable_session_radix_cache=False)
-        self.core = UnifiedTreeCore(params, {FULL: FullComponent(owner, params)})
+        self.core = make_core(params, {FULL: FullComponent(owner, params)})
         self.core.set_hicache_enabled()
         self.core.is_write_back = write_policy == "write_back"
         self.core.write_through_threshold = THRESHOLDS[write_policy]
+        self.sglang = isinstance(self.core, UnifiedTreeCore)
         self.freed: list[int] = []
         self.host_freed: list[int] = []
+
+    # ----- reading either core's nodes ---------------------------------------------------------
+
+    def units(self, node) -> list:
+        return node.key.token_ids.tolist() if self.sglang else list(node.key)
+
+    def values(self, node) -> tuple:
+        if self.sglang:
+            data = node.component_data[FULL]
+            return data.value, data.host_value
+        return node.value, node.host_value
+
+    def path_units(self, node) -> list:
+        parts = []
+        while node is not self.core.root_node:
+            parts.append(self.units(node))
+            node = node.parent
+        return [unit for part in reversed(parts) for unit in part]
+
+    def pages(self) -> dict:
+        found = {}
+        page = self.core.page_size
+        stack = [(child, []) for child in self.core.root_node.children.values()]
+        while stack:
+            node, above = stack.pop()
+            units = above + self.units(node)
+            device, host = self.values(node)
+            for i in range(0, len(units) - len(above), page):
+                label = (node.key.extra_key, tuple(units[: len(above) + i + page]))
+                found[label] = tuple(None if v is None else tuple(v[i : i + page].tolist()) for v in (device, host))
+            stack.extend((child, units) for child in node.children.values())
+        return found
+
+    def host_copies_below_none(self) -> bool:
+        """Whether a node's host copy hangs below a node with none (not the root)."""
+        stack = list(self.core.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            below = list(node.children.values())
+            if self.values(node)[1] is None and any(self.values(child)[1] is not None for child in below):
+                return True
+            stack.extend(below)
+        return False
+
+    # ----- driving ----------------------------------------------------------------------------
 
     def drain(self, result) -> None:
         """What UnifiedRadixCache does with a step's frees (each result must be drained)."""
@@ -74,17 +121,10 @@ class SGLangTiers:
         assert not result.cache_actions
         result.cache_actions.clear()
 
-    def path_units(self, node) -> list:
-        parts = []
-        while node is not self.core.root_node:
-            parts.append(node.key.token_ids.tolist())
-            node = node.parent
-        return [unit for part in reversed(parts) for unit in part]
-
     def back_up(self, node_id: int) -> None:
-        node = self.core.node_by_id(node_id)
-        if node.backuped:
+        if self.core.is_backuped(node_id):
             return
+        node = self.core.node_by_id(node_id)
         units = self.path_units(node)
         host = host_items(node.key.extra_key, units, len(units) - len(node.key), len(units))
         self.core.commit_backup(node_id, torch.tensor(host, dtype=torch.int64), {})
@@ -140,120 +180,32 @@ class SGLangTiers:
         finally:
             self.core.evict_device_end(FULL)
 
+    def evict_host(self) -> None:
+        self.drain(self.core.drive_host_eviction(FULL, EVERYTHING))
+
     def insert_host(self, node_id: int, tokens: list[int], extra_key, host: list[int]) -> list[int]:
         """An L3 prefetch below ``node_id``; returns the host slots the caller frees."""
         pages = len(tokens) // self.core.page_size
         result = self.core.insert_host(
-            node_id, RadixKey(array("q", tokens), extra_key), torch.tensor(host), [str(i) for i in range(pages)]
+            node_id,
+            RadixKey(array("q", tokens), extra_key),
+            torch.tensor(host, dtype=torch.int64),
+            [str(i) for i in range(pages)],
         )
         assert not result.cache_actions
         return host if result.host_insert_dropped else host[: result.prefix_len]
 
-    def host_copies_below_none(self) -> bool:
-        """Whether a node's host copy hangs below a node with none (not the root)."""
-        stack = list(self.core.root_node.children.values())
-        while stack:
-            node = stack.pop()
-            below = list(node.children.values())
-            if node.component_data[FULL].host_value is None:
-                if any(child.component_data[FULL].host_value is not None for child in below):
-                    return True
-            stack.extend(below)
-        return False
 
-    def evict_host(self) -> None:
-        result = self.core.drive_host_eviction(FULL, EVERYTHING)
-        self.drain(result)
-
-    def pages(self) -> dict:
-        found = {}
-        stack = [(child, []) for child in self.core.root_node.children.values()]
-        while stack:
-            node, above = stack.pop()
-            units = above + node.key.token_ids.tolist()
-            data = node.component_data[FULL]
-            page = self.core.page_size
-            for i in range(0, len(node.key), page):
-                label = (node.key.extra_key, tuple(units[: len(above) + i + page]))
-                device = None if data.value is None else tuple(data.value[i : i + page].tolist())
-                host = None if data.host_value is None else tuple(data.host_value[i : i + page].tolist())
-                found[label] = (device, host)
-            stack.extend((child, units) for child in node.children.values())
-        return found
-
-
-class RadixTiers:
-    """radix-core's TieredRadixCache, driven as the adapter will drive it."""
-
-    def __init__(self, page_size: int, policy: str, write_policy: str):
-        self.freed: list[int] = []
-        self.host_freed: list[int] = []
-        self.tree = TieredRadixCache(
-            page_size,
-            False,
-            policy,
-            write_policy,
-            on_evict=lambda value: self.freed.extend(value),
-            on_host_evict=lambda value: self.host_freed.extend(value),
-            back_up=self.host_value,
-        )
-
-    def host_value(self, node) -> array:
-        units = self.path_units(node)
-        return array("q", host_items(node.key.extra_key, units, len(units) - len(node.key), len(units)))
-
-    def path_units(self, node) -> list:
-        units: list = []
-        for ancestor in reversed(self.tree._path_to_root(node)):
-            units.extend(ancestor.key)
-        return units
-
-    def insert(self, tokens: list[int], extra_key, values: list[int]) -> int:
-        result = self.tree.insert(radix_core.RadixKey(tokens, extra_key), array("q", values))
-        adopted = {unit for start, stop in result.adopted for unit in range(start, stop)}
-        self.freed.extend(values[unit] for unit in range(result.prefix_len) if unit not in adopted)
-        for node in result.to_back_up:
-            for part in self.tree.backup_chain(node):
-                self.tree.commit_backup(part, self.host_value(part))
-        return result.prefix_len
-
-    def insert_host(self, node, tokens: list[int], extra_key, host: list[int]) -> list[int]:
-        result = self.tree.insert_host(node, radix_core.RadixKey(tokens, extra_key), array("q", host))
-        adopted = {unit for start, stop in result.adopted for unit in range(start, stop)}
-        return [slot for unit, slot in enumerate(host) if unit not in adopted]
-
-    def match(self, tokens: list[int], extra_key):
-        result = self.tree.match_prefix(radix_core.RadixKey(tokens, extra_key))
-        return result, list(result.indices), len(self.path_units(result.best_node))
-
-    def pages(self) -> dict:
-        found = {}
-        stack = [(child, []) for child in self.tree.root_node.children.values()]
-        while stack:
-            node, above = stack.pop()
-            units = above + list(node.key)
-            page = self.tree.page_size
-            for i in range(0, len(node.key), page):
-                label = (node.key.extra_key, tuple(units[: len(above) + i + page]))
-                device = None if node.value is None else tuple(node.value[i : i + page])
-                host = None if node.host_value is None else tuple(node.host_value[i : i + page])
-                found[label] = (device, host)
-            stack.extend((child, units) for child in node.children.values())
-        return found
-
-
-def same_state(sglang: SGLangTiers, radix: RadixTiers, what: str) -> None:
-    assert radix.pages() == sglang.pages(), f"after {what}: the pages on each tier differ"
-    assert sorted(radix.freed) == sorted(sglang.freed), f"after {what}: freed device indices differ"
-    assert sorted(radix.host_freed) == sorted(sglang.host_freed), f"after {what}: freed host indices differ"
-    core = sglang.core
-    assert (radix.tree.evictable_size(), radix.tree.protected_size()) == (
-        core.full_evictable_size(),
-        core.full_protected_size(),
-    ), f"after {what}: sizes differ"
-    for trees in (sglang, radix):
-        trees.freed.clear()
-        trees.host_freed.clear()
+def same_state(drivers: list[CoreDriver], what: str) -> None:
+    theirs, ours = drivers
+    assert ours.pages() == theirs.pages(), f"after {what}: the pages on each tier differ"
+    assert sorted(ours.freed) == sorted(theirs.freed), f"after {what}: freed device indices differ"
+    assert sorted(ours.host_freed) == sorted(theirs.host_freed), f"after {what}: freed host indices differ"
+    sizes = [(d.core.full_evictable_size(), d.core.full_protected_size(), d.core.total_size()) for d in drivers]
+    assert sizes[0] == sizes[1], f"after {what}: sizes differ"
+    for driver in drivers:
+        driver.freed.clear()
+        driver.host_freed.clear()
 
 
 SEGMENTS = [[7, 7, 7, 7], [1, 2, 3, 4, 5, 6], [9, 8]]
@@ -267,10 +219,9 @@ def random_tokens(rng: random.Random) -> list[int]:
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("page_size", [1, 2])
 @pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
-def test_the_host_tier_is_sglangs_step_by_step(backend_name, write_policy, page_size, seed):
+def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, page_size, seed):
     rng = random.Random(f"{write_policy}-{page_size}-{seed}")
-    sglang = SGLangTiers(page_size, "lru", write_policy)
-    radix = RadixTiers(page_size, "lru", write_policy)
+    drivers = [CoreDriver(make, page_size, "lru", write_policy) for make in (UnifiedTreeCore, RadixTreeCore)]
     numbers = iter(range(1, 10**9))
     locks: list = []
     host_locks: list = []
@@ -281,76 +232,65 @@ def test_the_host_tier_is_sglangs_step_by_step(backend_name, write_policy, page_
         tokens, extra_key = random_tokens(rng), rng.choice([None, "lora-a"])
         if op == "insert":
             values = [next(numbers) for _ in tokens]
-            assert radix.insert(tokens, extra_key, values) == sglang.insert(tokens, extra_key, values)
+            prefixes = [d.insert(tokens, extra_key, values) for d in drivers]
+            assert prefixes[0] == prefixes[1]
         elif op == "match":
-            theirs, their_indices, their_best = sglang.match(tokens, extra_key)
-            ours, our_indices, our_best = radix.match(tokens, extra_key)
-            assert (ours.prefix_len, ours.host_hit_length, our_best) == (
-                theirs.device_prefix_len,
-                theirs.host_hit_length,
-                their_best,
-            )
-            assert our_indices == their_indices
+            matches = [d.match(tokens, extra_key) for d in drivers]
+            found = [
+                (m.device_prefix_len, m.host_hit_length, m.full_kv_hit_length, indices, best)
+                for m, indices, best in matches
+            ]
+            assert found[0] == found[1]
         elif op == "lock":
-            theirs, _, _ = sglang.match(tokens, extra_key)
-            ours, _, _ = radix.match(tokens, extra_key)
-            receipt = sglang.core.inc_lock_ref(theirs.last_device_node)
-            radix.tree.inc_lock_ref(ours.last_node)
-            locks.append((theirs.last_device_node, receipt, ours.last_node))
+            receipts = [d.core.inc_lock_ref(d.match(tokens, extra_key)[0].last_device_node) for d in drivers]
+            assert receipts[0].delta == receipts[1].delta
+            locks.append(receipts)
         elif op == "unlock" and locks:
-            node_id, receipt, node = locks.pop(rng.randrange(len(locks)))
-            sglang.core.dec_lock_ref(node_id, receipt.to_dec_params())
-            radix.tree.dec_lock_ref(node)
+            for driver, receipt in zip(drivers, locks.pop(rng.randrange(len(locks)))):
+                driver.core.dec_lock_ref(receipt.node_id, receipt.to_dec_params())
         elif op == "host_lock":
-            theirs, _, _ = sglang.match(tokens, extra_key)
-            ours, _, _ = radix.match(tokens, extra_key)
-            receipt = sglang.core.inc_host_lock_ref(theirs.best_match_node)
-            mark = radix.tree.inc_host_lock_ref(ours.best_node)
-            assert (mark is None) == (FULL not in receipt.component_host_lock_uuids)
-            if mark is not None:  # no host copy to lock (outside write_back): no receipt to release
-                host_locks.append((theirs.best_match_node, receipt, ours.best_node, mark))
+            receipts = [d.core.inc_host_lock_ref(d.match(tokens, extra_key)[0].best_match_node) for d in drivers]
+            locked = [FULL in receipt.component_host_lock_uuids for receipt in receipts]
+            assert locked[0] == locked[1]
+            if locked[0]:  # no host copy to lock (outside write_back): no receipt to release
+                host_locks.append(receipts)
         elif op == "host_unlock" and host_locks:
-            node_id, receipt, node, mark = host_locks.pop(rng.randrange(len(host_locks)))
-            sglang.core.dec_host_lock_ref(node_id, receipt.to_dec_params())
-            radix.tree.dec_host_lock_ref(node, mark)
+            for driver, receipt in zip(drivers, host_locks.pop(rng.randrange(len(host_locks)))):
+                driver.core.dec_host_lock_ref(receipt.node_id, receipt.to_dec_params())
         elif op == "insert_host":
             # A prefetch, anchored where a match of the first part of the prompt ended on the host
             # (the tree may have grown below since): the rest comes from storage.
             anchored = tokens[: rng.randrange(len(tokens) + 1)]
-            theirs, _, depth = sglang.match(anchored, extra_key)
-            ours, _, _ = radix.match(anchored, extra_key)
+            anchors = [d.match(anchored, extra_key) for d in drivers]
+            depth = anchors[0][2]
             tail = tokens[depth:] + [rng.randrange(4) for _ in range(rng.randrange(6))]
             tail = tail[: len(tail) - len(tail) % page_size]
             units = tokens[:depth] + tail
             host = host_items(extra_key, units, depth, len(units))
-            theirs_freed = sglang.insert_host(theirs.best_match_node, tail, extra_key, host)
-            ours_freed = radix.insert_host(ours.best_node, tail, extra_key, host)
-            if write_policy != "write_back" and sglang.host_copies_below_none():
+            freed = [d.insert_host(m.best_match_node, tail, extra_key, host) for d, (m, _, _) in zip(drivers, anchors)]
+            if write_policy != "write_back" and drivers[0].host_copies_below_none():
                 # SGLang refilled below a node with no host copy (an anchor hit once under
                 # write_through_selective): evicting that node would orphan them. radix-core keeps
                 # host copies rooted and frees those slots instead; the trees differ from here.
-                assert write_policy == "write_through_selective" and set(theirs_freed) < set(ours_freed)
+                assert write_policy == "write_through_selective" and set(freed[0]) < set(freed[1])
                 return
-            assert ours_freed == theirs_freed
+            assert freed[0] == freed[1]
         elif op == "evict":
-            sglang.evict()
-            radix.tree.evict(EVERYTHING)
+            for driver in drivers:
+                driver.evict()
         elif op == "evict_host":
-            sglang.evict_host()
-            radix.tree.evict_host(EVERYTHING)
+            for driver in drivers:
+                driver.evict_host()
         elif op == "load_back":
-            theirs, _, _ = sglang.match(tokens, extra_key)
-            ours, _, _ = radix.match(tokens, extra_key)
-            kv_xfer, _ = sglang.core.build_load_back_spec(theirs.best_match_node)
-            run = radix.tree.load_back_nodes(ours.best_node)
-            assert kv_xfer.host_indices.tolist() == list(radix.tree.host_indices(run))
-            if run:  # as UnifiedRadixCache loads back: under a lock on the node, until the copy lands
-                device = [next(numbers) for _ in range(len(kv_xfer.host_indices))]
-                receipt = sglang.core.inc_lock_ref(theirs.best_match_node)
-                sglang.core.commit_load_back(theirs.best_match_node, torch.tensor(device), kv_xfer, {})
-                sglang.core.finish_load_back(theirs.best_match_node)
-                radix.tree.inc_lock_ref(ours.best_node)
-                radix.tree.commit_load_back(run, array("q", device), anchor=ours.best_node)
-                radix.tree.finish_load_back(ours.best_node)
-                locks.append((theirs.best_match_node, receipt, ours.best_node))
-        same_state(sglang, radix, f"step {step}: {op} {tokens} {extra_key}")
+            matches = [d.match(tokens, extra_key)[0] for d in drivers]
+            specs = [d.core.build_load_back_spec(m.best_match_node)[0] for d, m in zip(drivers, matches)]
+            assert specs[0].host_indices.tolist() == specs[1].host_indices.tolist()
+            if specs[0].nodes_to_load:  # as UnifiedRadixCache loads back: under a lock until the copy lands
+                device = torch.tensor([next(numbers) for _ in range(len(specs[0].host_indices))])
+                receipts = []
+                for driver, match, spec in zip(drivers, matches, specs):
+                    receipts.append(driver.core.inc_lock_ref(match.best_match_node))
+                    driver.core.commit_load_back(match.best_match_node, device, spec, {})
+                    driver.core.finish_load_back(match.best_match_node)
+                locks.append(receipts)
+        same_state(drivers, f"step {step}: {op} {tokens} {extra_key}")

@@ -1,0 +1,660 @@
+"""RadixTreeCore: SGLang's UnifiedRadixCache on radix-core's tiered tree (HiCache, issue 18).
+
+SGLang 0.5.22+ keeps its hierarchical cache in ``UnifiedRadixCache``, which drives a TreeCore
+through ``UnifiedTreeCoreInterface``: node ids across the boundary, resumable inserts, step-by-step
+eviction, host values and host locks, backup and load-back specs. This core answers that interface
+with a ``radix_core.TieredRadixCache`` for full attention alone; what it does not serve (SWA and
+mamba components, session radix cache, buffer-only host memory, the external cache linker, L3
+storage hashes, KV events) is refused when asked for, naming it, never served wrong.
+
+Imported only when SGLang builds a cache with it: it imports SGLang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NoReturn, cast
+
+import torch
+from sglang.srt.mem_cache.base_prefix_cache import (
+    DecLockRefParams,
+    DecLockRefResult,
+    IncLockRefResult,
+    InsertParams,
+    InsertResult,
+    MatchPrefixParams,
+    MatchResult,
+    _dfs_weight_order,
+)
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.events import KVCacheEventRecorder
+from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.unified_cache.cache_action import BackupKV, FreeDeviceKV
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.components import CacheTransferPhase
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+    BaseEvictionResult,
+    DemoteResult,
+    DriveHostEvictionResult,
+    DropSubtreeNoHostResult,
+    EvictDeviceLeafResult,
+    EvictDeviceNextNodeResult,
+    InsertStepResult,
+    TreePathNodeInfo,
+    UnifiedTreeCoreInterface,
+)
+
+import radix_core
+from radix_core import EVICTION_POLICIES, TieredNode, TieredRadixCache
+
+from .cache import _namespace
+
+FULL = ComponentType.FULL
+NodeId = int
+
+
+class CoreNode(TieredNode):
+    """A tiered node that files itself by id in its core's arena when made (splits included)."""
+
+    __slots__ = ()
+    arena: dict[int, CoreNode]
+
+    def __init__(self, key: radix_core.RadixKey, value: Any, parent: Any, priority: int = 0):
+        super().__init__(key, value, parent, priority)
+        self.arena[self.id] = self
+
+
+class RadixTreeCore(UnifiedTreeCoreInterface):
+    """A FULL-only TreeCore on ``radix_core.TieredRadixCache``; node ids are radix-core node ids."""
+
+    supports_rotation_base = False
+
+    def __init__(self, params: CacheInitParams, components: dict[ComponentType, Any]):
+        if tuple(components) != (FULL,):
+            names = ", ".join(ct.name for ct in components if ct != FULL)
+            self._refuse(f"tree components other than FULL ({names})")
+        if params.enable_session_radix_cache:
+            self._refuse("the session radix cache")
+        if params.enable_kv_cache_events:
+            self._refuse("--kv-events-config with HiCache")
+        policy = params.eviction_policy.lower()
+        if policy not in EVICTION_POLICIES:
+            self._refuse(f"--radix-eviction-policy {params.eviction_policy}")
+        self.page_size = params.page_size
+        self.is_eagle = bool(params.is_eagle)
+        self.eviction_policy = policy
+        allocator = params.token_to_kv_pool_allocator
+        self.device = allocator.device if allocator is not None else torch.device("cpu")
+        self.enable_hicache = False
+        self.is_host_memory_buffer_only = False
+        self.enable_storage = False
+        self.enable_external_cache_linker = False
+        self.has_swa_host_pool = False
+        self._write_through_threshold = 256
+        self._is_write_back = False
+        self.kv_events = KVCacheEventRecorder(enabled=False, page_size=self.page_size)
+        self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+        self.reset()
+
+    @staticmethod
+    def _refuse(what: str) -> NoReturn:
+        raise NotImplementedError(
+            f"--radix-cache-backend radix does not serve {what} with HiCache yet; "
+            "run without it, or use SGLang's own cache"
+        )
+
+    # ----- state the controller reads and writes ---------------------------------------------
+
+    @property
+    def write_through_threshold(self) -> int:
+        return self._write_through_threshold
+
+    @write_through_threshold.setter
+    def write_through_threshold(self, threshold: int) -> None:
+        self._write_through_threshold = threshold
+        self._sync_policy()
+
+    @property
+    def is_write_back(self) -> bool:
+        return self._is_write_back
+
+    @is_write_back.setter
+    def is_write_back(self, write_back: bool) -> None:
+        self._is_write_back = write_back
+        self._sync_policy()
+
+    def _sync_policy(self) -> None:
+        """The tree backs up what SGLang's core would: on a hit threshold with HiCache on and
+        outside write_back, never otherwise."""
+        tree = self.tree
+        tree.write_back = self._is_write_back
+        tree.write_policy = "write_back" if self._is_write_back else "write_through"
+        counting = self.enable_hicache and not self._is_write_back
+        tree.backup_threshold = self._write_through_threshold if counting else None
+
+    def set_hicache_enabled(self) -> None:
+        self.enable_hicache = True
+        self._sync_policy()
+
+    def set_host_memory_buffer_only(self) -> None:
+        self._refuse("buffer-only host memory")
+
+    # ----- the tree ---------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        arena: dict[int, CoreNode] = {}
+        node_class = type("CoreNode", (CoreNode,), {"__slots__": (), "arena": arena})
+        self._arena = arena
+        self.tree = TieredRadixCache(
+            self.page_size,
+            self.is_eagle,
+            self.eviction_policy,
+            on_evict=self._freed_on_device,
+            on_host_evict=self._freed_on_host,
+            on_remove=lambda node: arena.pop(node.id, None),
+            node_class=node_class,
+        )
+        self.root_node = self.tree.root_node
+        self._namespaces: dict[Any, tuple[Any, Any]] = {}
+        self._device_frees: list[Any] = []
+        self._host_frees: list[Any] = []
+        self._unbacked = 0
+        self._insert: InsertStepResult | None = None
+        self._eviction_target = 0
+        self._sync_policy()
+        root = self.root_node.id
+        self._empty_match_result = MatchResult(
+            device_prefix_len=0, last_device_node=root, last_host_node=root, best_match_node=root, cache_actions=[]
+        )
+
+    def node_by_id(self, node_id: NodeId) -> Any:
+        return self._arena[node_id]
+
+    def _node(self, node_id: NodeId) -> TieredNode:
+        return self._arena[node_id]
+
+    def _tree_key(self, key: RadixKey) -> radix_core.RadixKey:
+        namespace = _namespace(key.extra_key, key.cache_salt)
+        self._namespaces.setdefault(namespace, (key.extra_key, key.cache_salt))
+        return radix_core.RadixKey(key.token_ids, namespace, key.is_bigram, key.limit)
+
+    def is_write_through_compatible(self) -> bool:
+        return all(
+            node.host_value is None or node.parent is self.root_node or node.parent.host_value is not None
+            for node in self._arena.values()
+            if node is not self.root_node
+        )
+
+    def is_backuped(self, node_id: NodeId) -> bool:
+        return self._node(node_id).host_value is not None
+
+    def is_root(self, node_id: NodeId) -> bool:
+        return node_id == self.root_node.id
+
+    def root_node_handle(self, extra_key: str | None = None) -> NodeId:
+        return self.root_node.id
+
+    def dfs_weight_order(self, node_ids: Sequence[NodeId]) -> list[int]:
+        return _dfs_weight_order(self.root_node, node_ids, self._node)
+
+    def collect_path_info(self, end_node_ids: Sequence[NodeId]) -> tuple[tuple[TreePathNodeInfo, ...], ...]:
+        paths = []
+        for node_id in end_node_ids:
+            chain = list(reversed(self.tree._path_to_root(self._node(node_id))))
+            path, start = [], 0
+            for node in chain:
+                end = start + len(node.key)
+                value = None if node.value is None else len(node.value)
+                path.append(TreePathNodeInfo(node.id, node.parent.id, start, end, value, len(node.children)))
+                start = end
+            paths.append(tuple(path))
+        return tuple(paths)
+
+    # ----- match --------------------------------------------------------------------------------
+
+    def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
+        result = self.tree.match_prefix(self._tree_key(params.key))
+        if result.best_node is self.root_node:
+            return self._empty_match_result
+        best = result.best_node.id
+        device = result.last_node.id
+        return MatchResult(
+            device_prefix_len=result.prefix_len,
+            last_device_node=device,
+            last_host_node=best if self.enable_hicache else device,
+            best_match_node=best,
+            last_visited_node_id=best,
+            host_hit_length=result.host_hit_length,
+            full_kv_hit_length=result.prefix_len + result.host_hit_length,
+            cache_actions=[],
+        )
+
+    @property
+    def empty_match_result(self) -> MatchResult:
+        return self._empty_match_result
+
+    def match_full_device_prefix(self, key: RadixKey) -> tuple[int, NodeId, int]:
+        tree_key = self.tree._as_cache_key(self._tree_key(key)).page_aligned(self.page_size)
+        path, ends = radix_core.cache.python_descend(self.root_node, tree_key, 0, self.page_size)
+        node, matched, pinned = self.root_node, 0, 0
+        for child, end in zip(path, ends):
+            if child.value is None:
+                break
+            node, matched, pinned = child, end, pinned + len(child.key)
+        return matched, node.id, pinned
+
+    def is_full_device_evicted(self, node_id: NodeId) -> bool:
+        node = self._node(node_id)
+        return node is not self.root_node and node.value is None
+
+    def collect_full_device_indices(self, from_node_id: NodeId, until_node_id: NodeId) -> torch.Tensor:
+        until = self._node(until_node_id)
+        node, parts = self._node(from_node_id), []
+        while node is not until:
+            parts.append(node.value)
+            node = node.parent
+        if not parts:
+            return self._empty
+        parts.reverse()
+        return torch.cat(parts)
+
+    # ----- insert -------------------------------------------------------------------------------
+
+    def begin_insert(self, params: InsertParams) -> InsertStepResult:
+        """The walk has no barrier for FULL alone: one step, its actions in SGLang's order (the
+        duplicates to free, then each backup chain, root first, an ancestor in one chain only)."""
+        if self._insert is not None:
+            raise RuntimeError("concurrent insert walks")
+        key = self._tree_key(params.key)
+        value = params.value
+        if value is None:  # SGLang stores the token ids themselves then
+            value = torch.tensor(key.token_ids[: len(key)], dtype=torch.int64)
+        tree = self.tree
+        result = tree.insert(key, value, params.priority or 0, inserted_len=params.inserted_len)
+        actions: list[Any] = []
+        freed = self._duplicates(value, result.prefix_len, result.adopted)
+        if freed:
+            actions.append(FreeDeviceKV(freed))
+        chained: set[int] = set()
+        for node in result.to_back_up:
+            chain = [part.id for part in tree.backup_chain(node) if part.id not in chained]
+            chained.update(chain)
+            if chain:
+                actions.append(BackupKV(chain))
+        ranges = self._adopted_ranges(result, len(tree._as_cache_key(key).page_aligned(self.page_size)))
+        insert_result = InsertResult(
+            prefix_len=result.prefix_len,
+            last_device_node=result.last_node.id,
+            adopted_ranges={FULL: ranges} if params.track_adopted_ranges else None,
+        )
+        self._insert = InsertStepResult(actions=actions, result=insert_result)
+        return self._insert
+
+    @staticmethod
+    def _duplicates(value: torch.Tensor, prefix_len: int, adopted: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """The insert's values of the units that were cached already, not taken by the tree."""
+        freed, start = [], 0
+        for first, stop in adopted:
+            if start < first:
+                freed.append(value[start:first])
+            start = stop
+        if start < prefix_len:
+            freed.append(value[start:prefix_len])
+        return freed
+
+    @staticmethod
+    def _adopted_ranges(result: Any, units: int) -> list[tuple[int, int]]:
+        """SGLang's adopted ranges: the host-only nodes restored, and the new tail, merged."""
+        ranges: list[tuple[int, int]] = []
+        for start, stop in [*result.adopted, (result.prefix_len, units)]:
+            if start >= stop:
+                continue
+            if ranges and start <= ranges[-1][1]:
+                ranges[-1] = (ranges[-1][0], max(ranges[-1][1], stop))
+            else:
+                ranges.append((start, stop))
+        return ranges
+
+    def resume_insert(self) -> InsertStepResult:
+        raise RuntimeError("no in-flight insert")
+
+    def has_ongoing_insert(self) -> bool:
+        return False
+
+    def end_insert(self) -> list[Any]:
+        self._insert = None
+        return []
+
+    # ----- locks --------------------------------------------------------------------------------
+
+    def inc_lock_ref(self, node_id: NodeId, skip_lock_components: Sequence[ComponentType] = ()) -> IncLockRefResult:
+        skipped = tuple(skip_lock_components)
+        result = IncLockRefResult(node_id=node_id, skipped_lock_components=skipped)
+        if FULL not in skipped:
+            result.delta = -self.tree.inc_lock_ref(self._node(node_id))
+        return result
+
+    def dec_lock_ref(self, node_id: NodeId, params: DecLockRefParams, skip_swa: bool = False) -> DecLockRefResult:
+        if params.node_id != node_id:
+            raise AssertionError(f"lock receipt anchored on node {params.node_id} released on node {node_id}")
+        if FULL not in params.skipped_lock_components:
+            self.tree.dec_lock_ref(self._node(node_id))
+        return DecLockRefResult()
+
+    def inc_full_pin(self, node_id: NodeId) -> None:
+        self.tree.inc_lock_ref(self._node(node_id))
+
+    def dec_full_pin(self, node_id: NodeId) -> None:
+        self.tree.dec_lock_ref(self._node(node_id))
+
+    def inc_host_lock_ref(self, node_id: NodeId) -> IncLockRefResult:
+        result = IncLockRefResult(node_id=node_id)
+        mark = self.tree.inc_host_lock_ref(self._node(node_id))
+        if mark is not None:
+            result.set_lock_uuid(FULL, mark, lock_host=True)
+        return result
+
+    def dec_host_lock_ref(self, node_id: NodeId, params: DecLockRefParams) -> DecLockRefResult:
+        if FULL in params.component_host_lock_uuids:
+            self.tree.dec_host_lock_ref(self._node(node_id), params.get_lock_uuid(FULL, lock_host=True))
+        return DecLockRefResult()
+
+    # ----- eviction -----------------------------------------------------------------------------
+
+    def _freed_on_device(self, value: Any) -> None:
+        self._device_frees.append(value)
+
+    def _freed_on_host(self, value: Any) -> None:
+        self._host_frees.append(value)
+
+    def _collect(self, result: BaseEvictionResult) -> Any:
+        """Move what the tree freed during the step into the step's result."""
+        if self._device_frees:
+            result.device_frees[FULL].extend(self._device_frees)
+            result.tracker[FULL] += sum(len(value) for value in self._device_frees)
+            self._device_frees.clear()
+        if self._host_frees:
+            result.host_frees[FULL].extend(self._host_frees)
+            self._host_frees.clear()
+        return result
+
+    def evict_device_start(self, component_type: ComponentType, request_cnt: int) -> None:
+        self._full_only(component_type)
+        self._eviction_target = request_cnt
+
+    def evict_device_next_node(
+        self, component_type: ComponentType, tracker: dict[ComponentType, int]
+    ) -> EvictDeviceNextNodeResult:
+        self._full_only(component_type)
+        result = EvictDeviceNextNodeResult()
+        if tracker.get(FULL, 0) < self._eviction_target:
+            node = self.tree.pop_device_leaf()
+            if node is not None:
+                result.node_id = node.id
+                result.made_progress = True
+        return result
+
+    def evict_device_leaf(self, node_id: NodeId, is_write_back: bool) -> EvictDeviceLeafResult:
+        node = self._node(node_id)
+        result = EvictDeviceLeafResult()
+        if node.host_value is None and is_write_back:
+            result.backup_kv = BackupKV([node_id])
+            return result
+        unbacked = node.host_value is None
+        self.tree.evict_device_leaf(node)
+        self._collect(result)
+        if unbacked:
+            result.unbacked_tokens = result.tracker[FULL]
+        return result
+
+    def demote(self, node_id: NodeId) -> DemoteResult:
+        result = DemoteResult()
+        self.tree.demote(self._node(node_id))
+        return self._collect(result)
+
+    def drop_subtree_no_host(self, node_id: NodeId) -> DropSubtreeNoHostResult:
+        result = DropSubtreeNoHostResult()
+        node = self._node(node_id)
+        result.is_dropped = self.tree.drop_subtree(node)
+        if not result.is_dropped:
+            self.tree.requeue(node)
+        return self._collect(result)
+
+    def evict_device_end(self, component_type: ComponentType) -> None:
+        self._full_only(component_type)
+        self._eviction_target = 0
+
+    def drive_host_eviction(self, component_type: ComponentType, num_tokens: int) -> DriveHostEvictionResult:
+        result = DriveHostEvictionResult()
+        if component_type == FULL:
+            freed = self.tree.evict_host(num_tokens)
+            self._collect(result)
+            result.tracker[FULL] = freed
+        return result
+
+    # ----- sizes and values ---------------------------------------------------------------------
+
+    def evictable_size(self) -> int:
+        return self.tree.evictable_size()
+
+    def protected_size(self) -> int:
+        return self.tree.protected_size()
+
+    def component_evictable_size(self, component_type: ComponentType) -> int:
+        return self.tree.evictable_size() if component_type == FULL else 0
+
+    def component_protected_size(self, component_type: ComponentType) -> int:
+        return self.tree.protected_size() if component_type == FULL else 0
+
+    def full_evictable_size(self) -> int:
+        return self.tree.evictable_size()
+
+    def full_protected_size(self) -> int:
+        return self.tree.protected_size()
+
+    def swa_evictable_size(self) -> int:
+        return 0
+
+    def swa_protected_size(self) -> int:
+        return 0
+
+    def mamba_evictable_size(self) -> int:
+        return 0
+
+    def mamba_protected_size(self) -> int:
+        return 0
+
+    def total_size(self) -> tuple[int, int]:
+        return self.tree.total_size(), 0
+
+    def all_values_flatten(self) -> torch.Tensor:
+        values = [node.value for node in self._arena.values() if node.value is not None and node is not self.root_node]
+        return torch.cat(values) if values else self._empty
+
+    def all_mamba_values_flatten(self) -> torch.Tensor:
+        return self._empty
+
+    def get_component_device_value(self, node_id: NodeId, component_type: ComponentType) -> torch.Tensor | None:
+        self._full_only(component_type)
+        return cast("torch.Tensor | None", self._node(node_id).value)
+
+    def component_has_host_value_only(self, node_id: NodeId, component_type: ComponentType) -> bool:
+        self._full_only(component_type)
+        node = self._node(node_id)
+        return node.value is None and node.host_value is not None
+
+    def _full_only(self, component_type: ComponentType) -> None:
+        if component_type != FULL:
+            self._refuse(f"the {component_type.name} component")
+
+    # ----- HiCache: backup, load-back, L3 -------------------------------------------------------
+
+    def build_backup_spec(self, node_id: NodeId) -> tuple[torch.Tensor, dict]:
+        node = self._node(node_id)
+        value = node.value
+        if value is None:
+            raise ValueError(f"node {node_id} has no device value to back up")
+        return (value[:0] if node.host_value is not None else value), {}
+
+    def build_backup_kv_action(self, node_id: NodeId) -> BackupKV:
+        return BackupKV([node.id for node in self.tree.backup_chain(self._node(node_id))])
+
+    def build_hicache_transfers(
+        self,
+        component_type: ComponentType,
+        node_id: NodeId,
+        phase: CacheTransferPhase,
+        **_: Any,
+    ) -> list[PoolTransfer] | None:
+        self._full_only(component_type)
+        if phase != CacheTransferPhase.LOAD_BACK:
+            return None
+        run = self.tree.load_back_nodes(self._node(node_id))
+        host = self.tree.host_indices(run) if run else self._empty
+        return [PoolTransfer(name=PoolName.KV, host_indices=host, nodes_to_load=[node.id for node in run])]
+
+    def build_load_back_spec(self, node_id: NodeId, req: Any = None) -> tuple[PoolTransfer, dict]:
+        transfer = cast("list[PoolTransfer]", self.build_hicache_transfers(FULL, node_id, CacheTransferPhase.LOAD_BACK))
+        kv = transfer[0]
+        if any(self._node(nid).load_back_pending not in (None, self._node(node_id)) for nid in kv.nodes_to_load or ()):
+            return PoolTransfer(name=PoolName.KV, host_indices=self._empty, nodes_to_load=[]), {}
+        return kv, {}
+
+    def commit_backup(self, node_id: NodeId, host_indices: torch.Tensor, comp_xfers: dict) -> None:
+        if comp_xfers:
+            self._refuse("auxiliary component transfers")
+        if host_indices.numel() > 0:
+            self.tree.commit_backup(self._node(node_id), host_indices.clone())
+
+    def commit_load_back(
+        self, node_id: NodeId, device_indices: torch.Tensor, kv_xfer: PoolTransfer, comp_xfers: dict
+    ) -> list[Any]:
+        if comp_xfers:
+            self._refuse("auxiliary component transfers")
+        kv_xfer.device_indices = device_indices
+        nodes = [self._node(nid) for nid in kv_xfer.nodes_to_load or ()]
+        anchor = self._node(node_id) if self._is_write_back else None  # pins host copies, as SGLang
+        self.tree.commit_load_back(nodes, device_indices, anchor=anchor)
+        return []
+
+    def finish_load_back(self, anchor_node_id: NodeId) -> None:
+        if anchor_node_id in self._arena:
+            self.tree.finish_load_back(self._node(anchor_node_id))
+
+    def commit_hicache_transfers(self, node_id: NodeId, phase: CacheTransferPhase, comp_xfers: dict, **_: Any) -> None:
+        if comp_xfers:
+            self._refuse("auxiliary component transfers")
+
+    def mark_write_through_pending(self, node_ids: list[NodeId], ack_id: NodeId) -> list[NodeId]:
+        nodes = [self._node(node_id) for node_id in node_ids]
+        for node in nodes:
+            self.tree.mark_backup_pending(node)
+        nodes.sort(key=lambda node: len(self.tree._path_to_root(node)))
+        return [node.id for node in nodes]
+
+    def finish_write_through(self, node_ids: list[NodeId], ack_id: int) -> None:
+        for node_id in node_ids:
+            if node_id in self._arena:
+                self.tree.finish_backup(self._node(node_id))
+
+    def insert_host(
+        self, node_id: NodeId, key: RadixKey, host_value: torch.Tensor, hash_value: list[str]
+    ) -> InsertResult:
+        result = self.tree.insert_host(self._node(node_id), self._tree_key(key), host_value)
+        total = len(host_value)
+        if result.last_node is None:
+            return InsertResult(prefix_len=total, total_len=total, host_insert_dropped=True)
+        kept_from = result.adopted[0][0] if result.adopted else total  # the tree took a suffix
+        inserted = result.last_node if result.last_node.host_value is not None else None
+        return InsertResult(
+            prefix_len=kept_from,
+            total_len=total,
+            inserted_host_node=None if inserted is None or inserted is self.root_node else inserted.id,
+        )
+
+    def prefetch_anchor_info(self, node_id: NodeId) -> tuple[str | None, str | None]:
+        node = self._node(node_id)
+        if node is self.root_node:
+            return None, None
+        return self._namespaces.get(node.key.extra_key, (node.key.extra_key, None))
+
+    # ----- refused: what this core does not serve -----------------------------------------------
+
+    def get_last_hash_value(self, node_id: NodeId) -> NoReturn:
+        self._refuse("L3 storage")
+
+    def get_prefix_hash_values(self, node_id: NodeId) -> NoReturn:
+        self._refuse("L3 storage")
+
+    def get_hash_values(self, node_id: NodeId) -> NoReturn:
+        self._refuse("L3 storage")
+
+    def backfill_missing_hash_values(self) -> NoReturn:
+        self._refuse("L3 storage")
+
+    def build_storage_backup_spec(self, node_id: NodeId, pass_prefix_keys: bool) -> NoReturn:
+        self._refuse("L3 storage")
+
+    def snapshot_buffer_backup(self, node_id: NodeId, pass_prefix_keys: bool) -> NoReturn:
+        self._refuse("buffer-only host memory")
+
+    def validate_buffer_backup(self, node_id: NodeId, expected_key_length: int) -> NoReturn:
+        self._refuse("buffer-only host memory")
+
+    def dec_swa_lock_only(self, node_id: NodeId, params: DecLockRefParams) -> NoReturn:
+        self._refuse("the SWA component")
+
+    def finish_mamba_state_eviction(self, node_id: NodeId) -> NoReturn:
+        self._refuse("the MAMBA component")
+
+    def finish_swa_state_eviction(self, node_id: NodeId) -> NoReturn:
+        self._refuse("the SWA component")
+
+    def evict_excess_path_states(
+        self, tail_node_id: NodeId, device_frees: Any, host_frees: Any, cache_actions: Any
+    ) -> NoReturn:
+        self._refuse("the MAMBA component")
+
+    def adjust_component_size(self, node_id: NodeId, component_type: ComponentType, delta: int) -> NoReturn:
+        self._refuse(f"size adjustments of the {component_type.name} component")
+
+    def set_component_device_value(
+        self, node_id: NodeId, component_type: ComponentType, value: torch.Tensor
+    ) -> NoReturn:
+        self._refuse(f"the {component_type.name} component")
+
+    def swa_tombstone_ranges(
+        self, key: RadixKey, start: int, end: int, component_type: ComponentType = FULL
+    ) -> NoReturn:
+        self._refuse("the SWA component")
+
+    def attach_swa_window(
+        self, key: RadixKey, window_start: int, window_end: int, swa_values: torch.Tensor, component_type: Any = None
+    ) -> NoReturn:
+        self._refuse("the SWA component")
+
+    def walk_for_kv_canary(self, unlocked_only: bool, swa_resident_only: bool) -> NoReturn:
+        self._refuse("the KV canary")
+
+    def build_external_linker_offload_transfers(self, node_id: NodeId) -> NoReturn:
+        self._refuse("the external cache linker")
+
+    def mark_external_cache_stored_path(self, from_node_id: NodeId, until_node_id: NodeId) -> NoReturn:
+        self._refuse("the external cache linker")
+
+    def mark_external_linker_offload_pending(self, node_id: NodeId) -> NoReturn:
+        self._refuse("the external cache linker")
+
+    def finish_external_linker_offload(self, node_ids: Sequence[NodeId], ack_id: NodeId, success: bool) -> NoReturn:
+        self._refuse("the external cache linker")
+
+    # ----- debugging ----------------------------------------------------------------------------
+
+    def sanity_check(self, ongoing_write_through: list, ongoing_load_back: list) -> None:
+        for _, node_id in ongoing_write_through:
+            assert node_id in self._arena, f"write-through of node {node_id} pending on a node gone from the tree"
+        assert self.is_write_back or self.is_write_through_compatible(), "host copies must form a rooted subtree"
+
+    def pretty_print(self) -> None:
+        self.tree.pretty_print()
