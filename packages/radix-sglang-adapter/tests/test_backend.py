@@ -108,7 +108,6 @@ def test_the_backend_takes_sglangs_settings(server_args, page_size, is_eagle, po
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
-        ({"context": {"enable_hierarchical_cache": True}}, "--enable-hierarchical-cache"),
         ({"context": {"is_hybrid_swa": True}}, "sliding-window"),
         ({"context": {"is_hybrid_ssm": True}}, "mamba"),
         ({"enable_session_radix_cache": True}, "--enable-session-radix-cache"),
@@ -121,6 +120,26 @@ def test_the_backend_takes_sglangs_settings(server_args, page_size, is_eagle, po
 def test_what_radix_core_cannot_do_is_refused_naming_the_option(server_args, settings, named):
     with pytest.raises(ValueError, match="--radix-cache-backend radix cannot serve with") as refused:
         build(server_args, **settings)
+    assert named in str(refused.value)
+
+
+@needs_backend
+@pytest.mark.parametrize(
+    ("options", "settings", "named"),
+    [
+        ({"hicache_storage_backend": "file"}, {}, "--hicache-storage-backend file"),
+        ({"hicache_host_memory_mode": "buffer_only"}, {}, "--hicache-host-memory-mode buffer_only"),
+        ({}, {"enable_kv_cache_events": True}, "--kv-events-config and --enable-hierarchical-cache"),
+        ({}, {"context": {"is_hybrid_swa": True}}, "sliding-window"),
+    ],
+)
+def test_what_radix_core_cannot_do_with_hicache_is_refused_naming_the_option(options, settings, named):
+    """With HiCache on, the backend serves SGLang's UnifiedRadixCache on radix-core's TreeCore
+    (tests/e2e); what that core does not serve yet is refused before anything is built."""
+    context = {"enable_hierarchical_cache": True, **settings.pop("context", {})}
+    with sh.published_server_args(radix_cache_backend=adapter.BACKEND_NAME, **options) as args:
+        with pytest.raises(ValueError, match="--radix-cache-backend radix cannot serve with") as refused:
+            build(args, context=context, **settings)
     assert named in str(refused.value)
 
 

@@ -129,9 +129,12 @@ class CoreDriver:
         host = host_items(node.key.extra_key, units, len(units) - len(node.key), len(units))
         self.core.commit_backup(node_id, torch.tensor(host, dtype=torch.int64), {})
 
-    def insert(self, tokens: list[int], extra_key, values: list[int]) -> int:
+    def insert(self, tokens: list[int], extra_key, values: list[int], own: int = 0) -> int:
+        """Insert ``tokens`` with their KV ``values``, of which the first ``own`` are the request's
+        cached prefix (the tree's own indices, as a chunked request inserts again)."""
+        key = RadixKey(array("q", tokens), extra_key)
         step = self.core.begin_insert(
-            InsertParams(key=RadixKey(array("q", tokens), extra_key), value=torch.tensor(values, dtype=torch.int64))
+            InsertParams(key=key, value=torch.tensor(values, dtype=torch.int64), prev_prefix_len=own)
         )
         actions = list(step.actions)
         while step.result is None:
@@ -225,7 +228,7 @@ def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, pag
     numbers = iter(range(1, 10**9))
     locks: list = []
     host_locks: list = []
-    operations = ["insert"] * 4 + ["match", "lock", "unlock", "evict", "evict_host", "load_back"]
+    operations = ["insert"] * 4 + ["chunked", "match", "lock", "unlock", "evict", "evict_host", "load_back"]
     operations += ["host_lock", "host_unlock", "insert_host"]
     for step in range(150):
         op = rng.choice(operations)
@@ -233,6 +236,16 @@ def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, pag
         if op == "insert":
             values = [next(numbers) for _ in tokens]
             prefixes = [d.insert(tokens, extra_key, values) for d in drivers]
+            assert prefixes[0] == prefixes[1]
+        elif op == "chunked":  # a request's first chunk, cached; then the whole, from its own prefix
+            cut = rng.randrange(len(tokens) + 1)
+            values = [next(numbers) for _ in tokens]
+            for driver in drivers:
+                driver.insert(tokens[:cut], extra_key, values[:cut])
+            owned = [d.match(tokens[:cut], extra_key) for d in drivers]
+            assert owned[0][1] == owned[1][1]
+            own = owned[0][1] + values[len(owned[0][1]) :]
+            prefixes = [d.insert(tokens, extra_key, own, len(owned[0][1])) for d in drivers]
             assert prefixes[0] == prefixes[1]
         elif op == "match":
             matches = [d.match(tokens, extra_key) for d in drivers]

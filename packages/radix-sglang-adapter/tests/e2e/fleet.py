@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import workloads
-from sglang_server import VOCAB, Server, ServerConfig, cache_impl, log_problems, radix_core_backend
+from sglang_server import VOCAB, Server, ServerConfig, cache_impl, log_problems, radix_core_backend, tree_core
 
 MAX_NEW_TOKENS = 8
 LOAD_CLIENTS = 32
@@ -20,6 +20,8 @@ LOAD_NEW_TOKENS = 16
 DROPPED_EVERY = 4  # every 4th load request is streamed and dropped by its client mid-generation,
 DROPPED_NEW_TOKENS = 1000  # asking for more tokens than it can produce before SGLang aborts it
 ABORTED = "sglang:num_aborted_requests_total"
+LOADED_BACK = "sglang:load_back_tokens_total"  # HiCache: tokens copied back from the host tier
+HICACHE = "--enable-hierarchical-cache"
 
 
 @dataclasses.dataclass
@@ -32,6 +34,7 @@ class Served:
     load_outputs: dict[int, tuple[int, ...]] | None
     log: str
     aborted: int | None = None
+    loaded_back: int | None = None
 
 
 def serve(config: ServerConfig, models: tuple[Path, Path], log: Path, load: str | None) -> Served:
@@ -41,7 +44,7 @@ def serve(config: ServerConfig, models: tuple[Path, Path], log: Path, load: str 
     prompts = workloads.load_prompts(VOCAB)
     outputs: list[tuple[int, ...]] = []
     cached: list[int] = []
-    load_outputs = aborted = None
+    load_outputs = aborted = loaded_back = None
     with Server(config, models, log) as server:
         for _ in steps:
             completion = server.generate(workloads.prompt_of(steps, outputs), MAX_NEW_TOKENS)
@@ -56,7 +59,9 @@ def serve(config: ServerConfig, models: tuple[Path, Path], log: Path, load: str 
             # one more request after it proves the scheduler is still serving.
             server.generate(prompts[0], 1)
             aborted = int(server.metric(ABORTED))
-    return Served(config, outputs, cached, load_outputs, server.log_text(), aborted)
+        if HICACHE in config.flags:
+            loaded_back = int(server.metric(LOADED_BACK))
+    return Served(config, outputs, cached, load_outputs, server.log_text(), aborted, loaded_back)
 
 
 def reference_load(server: Server, prompts: list[list[int]]) -> dict[int, tuple[int, ...]]:
@@ -84,8 +89,11 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
     config = served.config
     found = [f"log: {line}" for line in log_problems(served.log)]
     impl = cache_impl(served.log)
+    hicache = HICACHE in config.flags
     if config.cache.startswith("radix-"):
-        if impl != "RadixCoreCache":
+        if hicache and (impl, tree_core(served.log)) != ("UnifiedRadixCache", "RadixTreeCore"):
+            found.append(f"SGLang built {impl} on {tree_core(served.log)}, not UnifiedRadixCache on RadixTreeCore")
+        elif not hicache and impl != "RadixCoreCache":
             found.append(f"SGLang built {impl}, not RadixCoreCache")
         expected_backend = config.cache.removeprefix("radix-")
         if radix_core_backend(served.log) != expected_backend:
@@ -103,6 +111,10 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
             for i, (got, want) in enumerate(zip(served.cached_tokens, default_twin.cached_tokens, strict=True))
             if got != want
         ]
+        if served.loaded_back != default_twin.loaded_back:
+            found.append(
+                f"{served.loaded_back} tokens loaded back from the host, SGLang default {default_twin.loaded_back}"
+            )
     if served.load_outputs is not None:
         dropped = len(reference.load_outputs) - len(served.load_outputs)
         if served.aborted is not None and served.aborted < dropped:

@@ -75,7 +75,12 @@ class ServerConfig:
     @property
     def name(self) -> str:
         spec = f"-{self.speculative.lower()}" if self.speculative else ""
-        return f"{self.cache}-page{self.page_size}{spec}"
+        hicache = ""
+        if "--enable-hierarchical-cache" in self.flags:
+            policy = self.flags[self.flags.index("--hicache-write-policy") + 1]
+            layout = self.flags[self.flags.index("--hicache-mem-layout") + 1]
+            hicache = f"-hicache-{policy}-{layout}"
+        return f"{self.cache}-page{self.page_size}{spec}{hicache}"
 
     def arguments(self, target: Path, draft: Path, port: int) -> list[str]:
         """The launcher's arguments. intel_amx is the CPU attention backend with an EAGLE draft
@@ -231,7 +236,8 @@ def request_body(input_ids: list[int], max_new_tokens: int) -> dict:
 # ----- What a server's log says -------------------------------------------------------------------
 
 CACHE_LINE = re.compile(r"Tree cache initialized: source=(\S+) impl=(\w+)")
-RADIX_CORE_LINE = re.compile(r"the prefix cache runs on radix-core (\w+)")
+RADIX_CORE_LINE = re.compile(r"runs on radix-core (\w+)")
+TREE_CORE_LINE = re.compile(r"Init Unified Radix Cache\..* Tree Core: (\w+)")
 # SGLang's log names no level: lines like these mean something went wrong, unless known benign.
 PROBLEM = re.compile(r"Traceback|Error|Exception|memory leak detected|double free|use-after-free")
 BENIGN_ON_THIS_CPU = (
@@ -249,6 +255,12 @@ def cache_impl(log: str) -> str | None:
 def radix_core_backend(log: str) -> str | None:
     """The radix-core backend ("native" or "python") the adapter's backend reported at build."""
     found = RADIX_CORE_LINE.search(log)
+    return found.group(1) if found else None
+
+
+def tree_core(log: str) -> str | None:
+    """The TreeCore class under SGLang's UnifiedRadixCache, from its init line."""
+    found = TREE_CORE_LINE.search(log)
     return found.group(1) if found else None
 
 

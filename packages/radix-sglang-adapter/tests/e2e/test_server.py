@@ -17,6 +17,38 @@ RETRACT_OFTEN = (("SGLANG_TEST_RETRACT", "1"), ("SGLANG_TEST_RETRACT_INTERVAL", 
 EVICTING = {"page_size": 16, "max_total_tokens": 1024, "chunked_prefill_size": 64}
 
 REFERENCE = ServerConfig("none")
+
+
+def hicache(policy: str, layout: str = "layer_first") -> tuple[str, ...]:
+    """A host tier twice the device pool, copied by SGLang's direct io backend (the CPU's)."""
+    return (
+        *("--enable-hierarchical-cache", "--hicache-io-backend", "direct", "--hicache-mem-layout", layout),
+        *("--hicache-ratio", "2", "--hicache-write-policy", policy, "--enable-metrics"),
+    )
+
+
+HICACHED = [
+    *(
+        ServerConfig(cache, **EVICTING, flags=hicache("write_through"))
+        for cache in ("default", "radix-native", "radix-python")
+    ),
+    *(
+        ServerConfig(cache, **EVICTING, flags=hicache("write_back", "page_first"))
+        for cache in ("default", "radix-native")
+    ),
+    *(
+        ServerConfig(cache, **EVICTING, flags=hicache("write_through_selective"))
+        for cache in ("default", "radix-native")
+    ),
+    *(
+        ServerConfig(cache, max_total_tokens=512, chunked_prefill_size=64, flags=hicache("write_through"))
+        for cache in ("default", "radix-native")
+    ),
+    *(
+        ServerConfig(cache, **EVICTING, speculative="EAGLE", flags=hicache("write_through"))
+        for cache in ("default", "radix-native")
+    ),
+]
 LOADED = {
     ServerConfig(cache, **EVICTING, flags=("--enable-metrics",), env=RETRACT_OFTEN)
     for cache in ("default", "radix-native", "radix-python")
@@ -35,6 +67,9 @@ CHECKED = [
     ServerConfig("radix-python", page_size=16, speculative="EAGLE"),
     ServerConfig("default", speculative="STANDALONE"),
     ServerConfig("radix-native", speculative="STANDALONE"),
+    # 6. HiCache (a host tier under an evicting device pool): write policies, layouts, page 1 and
+    # 16, EAGLE; radix serves SGLang's UnifiedRadixCache on radix-core's TreeCore
+    *HICACHED,
 ]
 
 
@@ -70,6 +105,14 @@ def test_serves_like_sglang(fleet: Fleet, config: ServerConfig) -> None:
     served = fleet(config)
     found = disagreements(served, reference, default_twin)
     assert not found, f"{config.name} (log: {fleet.log_path(config.name)}):\n" + "\n".join(found[:20])
+
+
+@pytest.mark.parametrize(
+    "config", [config for config in HICACHED if config.cache == "default"], ids=lambda config: config.name
+)
+def test_the_host_tier_serves(fleet: Fleet, config: ServerConfig) -> None:
+    """Each HiCache stream evicts prefixes to the host and loads some back (else it proves little)."""
+    assert fleet(config).loaded_back, f"{config.name} loaded nothing back from the host tier"
 
 
 def test_kill_switch_refuses_to_start(fleet: Fleet) -> None:

@@ -70,9 +70,19 @@ def trace_prompts(count: int, vocab: int, block_tokens: int = 8, max_blocks: int
     return prompts
 
 
+def revisited_documents(vocab: int, documents: int = 5, tokens_each: int = 224) -> list[Step]:
+    """Questions on documents that together overflow a 1,024-token pool: two on each in turn (a
+    second hit, which write_through_selective backs up on), then one more on each from the first:
+    a host tier loads those back where a device-only cache has evicted them."""
+    texts = [tuple(tokens(f"document-{d}", tokens_each, vocab)) for d in range(documents)]
+    asked = [(d, q) for d in range(documents) for q in range(2)] + [(d, 2) for d in range(documents)]
+    return [Step(texts[d] + tuple(tokens(f"document-{d}-question-{q}", 16, vocab))) for d, q in asked]
+
+
 def sequential_stream(vocab: int, trace_requests: int = 16) -> list[Step]:
-    """The chats and branches, then prompts derived from the trace."""
-    return chat_stream(vocab) + [Step(tuple(prompt)) for prompt in trace_prompts(trace_requests, vocab)]
+    """The chats and branches, prompts derived from the trace, then revisited documents."""
+    trace = [Step(tuple(prompt)) for prompt in trace_prompts(trace_requests, vocab)]
+    return chat_stream(vocab) + trace + revisited_documents(vocab)
 
 
 def load_prompts(vocab: int, count: int = 64) -> list[list[int]]:

@@ -14,6 +14,12 @@ What each shim is for:
 - The page-size > 1 last-location path: with EAGLE's ``intel_amx`` attention backend SGLang takes
   ``get_last_loc_triton``, which needs a GPU ("0 active drivers"); its own ``get_last_loc_torch``
   computes the same on the CPU.
+- HiCache's host tier (``--enable-hierarchical-cache``, io backend ``direct``): SGLang registers
+  host pools with CUDA (``torch.cuda.cudart()``), syncs ``torch.cpu.Stream``s that have no
+  ``synchronize``/``query``, and binds its device<->host KV copies (``sgl_kernel.kvcacheio``) only on
+  CUDA/ROCm/XPU. Here registration is skipped, the streams' waits are no-ops (CPU copies are done
+  when they return), and the three direct copies the layer_first and page_first layouts use are
+  written in torch from their definitions (a token's KV rows, gathered and scattered by index).
 - AMX (``launch_sglang.py``, the launcher only): ``intel_amx`` is the one CPU attention backend with
   an EAGLE draft backend; on a CPU without AMX SGLang's argument resolution swaps it for
   ``torch_native``, which refuses EAGLE, unless the launcher's platform says AMX is there.
@@ -66,6 +72,45 @@ def _use_torch_last_loc(allocation: ModuleType) -> None:
     allocation.get_last_loc_triton = allocation.get_last_loc_torch
 
 
+def _no_host_registration(common: ModuleType) -> None:
+    common._cuda_host_register = lambda buffer, registration_granularity_bytes=None: None
+    common._cuda_host_unregister = lambda buffer: None
+
+
+def _transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size) -> None:
+    for source, destination in zip(src_layers, dst_layers):
+        destination[dst_indices] = source[src_indices]
+
+
+def _transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size) -> None:
+    """Device layers (all K, then all V) into host K/V laid out [page, layer, slot in page, ...]."""
+    layers = len(src_ptrs) // len(dst_ptrs)
+    pages, slots = dst_indices // page_size, dst_indices % page_size
+    for kind, host in enumerate(dst_ptrs):
+        for layer in range(layers):
+            host[pages, layer, slots] = src_ptrs[kind * layers + layer][src_indices]
+
+
+def _transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size) -> None:
+    pages, slots = src_indices // page_size, src_indices % page_size
+    for host, device in zip(src_ptrs, dst_ptrs):
+        device[dst_indices] = host[pages, layer_id, slots]
+
+
+def _torch_kv_copies(mha: ModuleType) -> None:
+    mha.transfer_kv_direct = _transfer_kv_direct
+    mha.transfer_kv_all_layer_direct_lf_pf = _transfer_kv_all_layer_direct_lf_pf
+    mha.transfer_kv_per_layer_direct_pf_lf = _transfer_kv_per_layer_direct_pf_lf
+
+
+def _cpu_streams_wait_for_nothing() -> None:
+    import torch
+
+    for name in ("synchronize", "query"):
+        if not hasattr(torch.cpu.Stream, name):
+            setattr(torch.cpu.Stream, name, lambda self: True)
+
+
 def install() -> None:
     """Every shim but AMX (which the launcher applies to itself); call once per process, first."""
     sys.path.insert(1, TESTS)
@@ -73,3 +118,6 @@ def install() -> None:
 
     sglang_cpu_shim.install()
     patch_after_import("sglang.srt.mem_cache.allocation", _use_torch_last_loc)
+    patch_after_import("sglang.srt.mem_cache.pool_host.common", _no_host_registration)
+    patch_after_import("sglang.srt.mem_cache.pool_host.mha", _torch_kv_copies)
+    _cpu_streams_wait_for_nothing()

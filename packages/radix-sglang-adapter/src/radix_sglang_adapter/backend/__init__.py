@@ -107,13 +107,34 @@ def context_refusal(ctx: Any) -> str | None:
 
     memory = get_memory()
     unsupported = [
-        (ctx.enable_hierarchical_cache, "--enable-hierarchical-cache", "radix-core keeps no host tier"),
         (ctx.is_hybrid_swa, "a hybrid sliding-window (SWA) model", "radix-core's tree has no SWA component"),
         (ctx.is_hybrid_ssm, "a model with mamba state", "radix-core's tree has no mamba component"),
         (getattr(memory, "enable_lmcache", False), "--enable-lmcache", "LMCache needs SGLang's unified tree"),
         (getattr(memory, "enable_flexkv", False), "--enable-flexkv", "FlexKV brings its own tree cache"),
     ]
     return _first_refusal(unsupported) or params_refusal(ctx.params)
+
+
+def hicache_refusal(ctx: Any) -> str | None:
+    """Why a server with ``--enable-hierarchical-cache`` cannot run the backend's TreeCore yet."""
+    from sglang.srt.runtime_context import get_memory
+
+    memory = get_memory()
+    storage = getattr(memory, "hicache_storage_backend", None)
+    unsupported = [
+        (bool(storage), f"--hicache-storage-backend {storage}", "radix-core's TreeCore keeps no L3 hashes yet"),
+        (
+            getattr(memory, "hicache_host_memory_mode", None) == "buffer_only",
+            "--hicache-host-memory-mode buffer_only",
+            "radix-core's TreeCore serves the host tier as a cache",
+        ),
+        (
+            ctx.params.enable_kv_cache_events,
+            "--kv-events-config and --enable-hierarchical-cache together",
+            "radix-core's TreeCore publishes no host-tier events yet",
+        ),
+    ]
+    return _first_refusal(unsupported)
 
 
 def params_refusal(params: Any) -> str | None:
@@ -151,20 +172,47 @@ def build_cache(ctx: Any) -> Any:
     if ctx.disable_radix_cache:
         logger.info("%s with --disable-radix-cache: no tree to run; SGLang builds its own cache", SELECT_FLAG)
         return default_radix_cache_factory(ctx)
-    refusal = context_refusal(ctx)
+    refusal = context_refusal(ctx) or (hicache_refusal(ctx) if ctx.enable_hierarchical_cache else None)
     if refusal is not None:
         raise ValueError(refusal)
-    from .cache import RadixCoreCache
+    if ctx.enable_hierarchical_cache:
+        cache = _unified_cache_on_radix_core(ctx)
+        what = f"UnifiedRadixCache with HiCache ({ctx.server_args.hicache_write_policy}), its TreeCore"
+    else:
+        from .cache import RadixCoreCache
 
-    cache = RadixCoreCache(ctx.params)
+        cache = RadixCoreCache(ctx.params)
+        what = "the prefix cache"
     _live_caches.add(cache)
     status = radix_core.backend()
     logger.info(
-        "radix-sglang-adapter: the prefix cache runs on radix-core %s (%s), page_size=%d, eagle=%s, policy=%s",
+        "radix-sglang-adapter: %s runs on radix-core %s (%s), page_size=%d, eagle=%s, policy=%s",
+        what,
         status.active,
         status.reason,
-        cache.page_size,
-        cache.is_eagle,
-        cache.eviction_policy,
+        ctx.params.page_size,
+        bool(ctx.params.is_eagle),
+        ctx.params.eviction_policy,
     )
     return cache
+
+
+TREE_CORE_NAME = "radix"
+
+
+def _unified_cache_on_radix_core(ctx: Any) -> Any:
+    """SGLang's UnifiedRadixCache (which drives HiCache: backups, load-backs, host eviction) with
+    radix-core's tree as its TreeCore (``backend.tree_core``)."""
+    from sglang.srt.mem_cache.registry import create_unified_radix_cache
+    from sglang.srt.mem_cache.unified_cache import tree_core_registry
+
+    from .tree_core import RadixTreeCore
+
+    with _lock:
+        held = tree_core_registry.get_tree_core_factory(TREE_CORE_NAME)
+        if held is None:
+            tree_core_registry.register_tree_core_backend(TREE_CORE_NAME, RadixTreeCore)
+        elif held is not RadixTreeCore:
+            raise AdapterError(f"SGLang's TreeCore registry already holds another {TREE_CORE_NAME!r}: {held!r}")
+    ctx.params.tree_core_backend = TREE_CORE_NAME
+    return create_unified_radix_cache(ctx)

@@ -152,7 +152,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             self.eviction_policy,
             on_evict=self._freed_on_device,
             on_host_evict=self._freed_on_host,
-            on_remove=lambda node: arena.pop(node.id, None),
+            on_remove=self._forget,
             node_class=node_class,
         )
         self.root_node = self.tree.root_node
@@ -168,6 +168,10 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             device_prefix_len=0, last_device_node=root, last_host_node=root, best_match_node=root, cache_actions=[]
         )
 
+    def _forget(self, node: Any) -> None:
+        """A node left the tree: its id no longer resolves."""
+        self._arena.pop(node.id, None)
+
     def node_by_id(self, node_id: NodeId) -> Any:
         return self._arena[node_id]
 
@@ -180,10 +184,11 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return radix_core.RadixKey(key.token_ids, namespace, key.is_bigram, key.limit)
 
     def is_write_through_compatible(self) -> bool:
+        root = self.root_node
         return all(
-            node.host_value is None or node.parent is self.root_node or node.parent.host_value is not None
+            node.host_value is None or node.parent is root or cast(TieredNode, node.parent).host_value is not None
             for node in self._arena.values()
-            if node is not self.root_node
+            if node is not root
         )
 
     def is_backuped(self, node_id: NodeId) -> bool:
@@ -206,7 +211,8 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             for node in chain:
                 end = start + len(node.key)
                 value = None if node.value is None else len(node.value)
-                path.append(TreePathNodeInfo(node.id, node.parent.id, start, end, value, len(node.children)))
+                parent = cast(TieredNode, node.parent)
+                path.append(TreePathNodeInfo(node.id, parent.id, start, end, value, len(node.children)))
                 start = end
             paths.append(tuple(path))
         return tuple(paths)
@@ -253,7 +259,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         node, parts = self._node(from_node_id), []
         while node is not until:
             parts.append(node.value)
-            node = node.parent
+            node = cast(TieredNode, node.parent)
         if not parts:
             return self._empty
         parts.reverse()
@@ -273,7 +279,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         tree = self.tree
         result = tree.insert(key, value, params.priority or 0, inserted_len=params.inserted_len)
         actions: list[Any] = []
-        freed = self._duplicates(value, result.prefix_len, result.adopted)
+        freed = self._duplicates(value, params.prev_prefix_len, result.prefix_len, result.adopted)
         if freed:
             actions.append(FreeDeviceKV(freed))
         chained: set[int] = set()
@@ -292,16 +298,19 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return self._insert
 
     @staticmethod
-    def _duplicates(value: torch.Tensor, prefix_len: int, adopted: list[tuple[int, int]]) -> list[torch.Tensor]:
-        """The insert's values of the units that were cached already, not taken by the tree."""
-        freed, start = [], 0
+    def _duplicates(
+        value: torch.Tensor, own: int, prefix_len: int, adopted: list[tuple[int, int]]
+    ) -> list[torch.Tensor]:
+        """The insert's values of units that were cached already and that the tree did not take,
+        past the ``own`` first ones (the request's own cached prefix: the tree's indices already)."""
+        freed, start = [], own
         for first, stop in adopted:
             if start < first:
-                freed.append(value[start:first])
-            start = stop
+                freed.append(value[start : min(first, prefix_len)])
+            start = max(start, stop)
         if start < prefix_len:
             freed.append(value[start:prefix_len])
-        return freed
+        return [part for part in freed if len(part)]
 
     @staticmethod
     def _adopted_ranges(result: Any, units: int) -> list[tuple[int, int]]:
