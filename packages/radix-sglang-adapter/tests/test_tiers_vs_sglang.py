@@ -46,7 +46,7 @@ class CoreDriver:
     """A TreeCore with HiCache on, driven as UnifiedRadixCache drives it; reads its tree through
     ``view`` (each core keeps its own kind of node)."""
 
-    def __init__(self, make_core, page_size: int, policy: str, write_policy: str):
+    def __init__(self, make_core, page_size: int, policy: str, write_policy: str, is_eagle: bool = False):
         params = CacheInitParams(
             req_to_token_pool=None,
             token_to_kv_pool_allocator=None,
@@ -54,7 +54,7 @@ class CoreDriver:
             disable=False,
             tree_components=(FULL,),
             eviction_policy=policy,
-            is_eagle=False,
+            is_eagle=is_eagle,
         )
         owner = types.SimpleNamespace(enable_session_radix_cache=False)
         self.core = make_core(params, {FULL: FullComponent(owner, params)})
@@ -67,8 +67,10 @@ class CoreDriver:
 
     # ----- reading either core's nodes ---------------------------------------------------------
 
-    def units(self, node) -> list:
-        return node.key.token_ids.tolist() if self.sglang else list(node.key)
+    @staticmethod
+    def units(node) -> list:
+        """A node's key units: token ids, or (EAGLE) bigrams of them."""
+        return list(node.key)
 
     def values(self, node) -> tuple:
         if self.sglang:
@@ -220,16 +222,17 @@ def random_tokens(rng: random.Random) -> list[int]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("page_size", [1, 2])
+@pytest.mark.parametrize(("page_size", "is_eagle"), [(1, False), (2, False), (1, True)])
 @pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
-def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, page_size, seed):
-    rng = random.Random(f"{write_policy}-{page_size}-{seed}")
-    drivers = [CoreDriver(make, page_size, "lru", write_policy) for make in (UnifiedTreeCore, RadixTreeCore)]
+def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, page_size, is_eagle, seed):
+    rng = random.Random(f"{write_policy}-{page_size}-{is_eagle}-{seed}")
+    cores = (UnifiedTreeCore, RadixTreeCore)
+    drivers = [CoreDriver(make, page_size, "lru", write_policy, is_eagle) for make in cores]
     numbers = iter(range(1, 10**9))
     locks: list = []
     host_locks: list = []
     operations = ["insert"] * 4 + ["chunked", "match", "lock", "unlock", "evict", "evict_host", "load_back"]
-    operations += ["host_lock", "host_unlock", "insert_host"]
+    operations += ["host_lock", "host_unlock"] + ["insert_host"] * (not is_eagle)  # L3 keys are no bigrams
     for step in range(150):
         op = rng.choice(operations)
         tokens, extra_key = random_tokens(rng), rng.choice([None, "lora-a"])
