@@ -486,9 +486,10 @@ def test_insert_host_adds_below_a_host_copy_and_drops_below_none(backend_name):
     cache = TieredRadixCache(write_policy="write_through_selective", on_store=stored.append)
     device_only = cache.insert([1, 2]).last_node
     dropped = cache.insert_host(device_only, [3, 4], array("q", [80, 81]))
-    assert dropped == ([], None), "it would hang below a node with no host copy"
+    assert dropped == ([], None, []), "it would hang below a node with no host copy"
     refilled = cache.insert_host(cache.root_node, [1, 2, 3, 4], array("q", [70, 71, 72, 73]))
     assert refilled.adopted == [(0, 2), (2, 4)] and list(device_only.host_value) == [70, 71]
+    assert refilled.refilled == [device_only]
     assert refilled.last_node.value is None and stored[-1] is refilled.last_node
     assert cache.match_prefix([1, 2, 3, 4]).host_hit_length == 2
     with pytest.raises(ValueError, match="items"):
@@ -523,6 +524,6 @@ def test_a_prefetch_refills_host_copies_only_below_host_copies(backend_name):
     cache.insert([7, 7, 7, 7], array("q", [1, 2, 3, 4]))
     anchor = cache.match_prefix([7, 7]).best_node
     prefetch = cache.insert_host(anchor, [7, 7, 5], array("q", [100, 101, 102]))
-    assert prefetch == ([], None), "nothing adopted: the caller frees every slot"
+    assert prefetch == ([], None, []), "nothing adopted: the caller frees every slot"
     check_tiered_invariants(cache)
     assert cache.evict(4) == 4 and cache.node_count() == 0 and cache.host_size() == 0

@@ -127,7 +127,6 @@ def test_what_radix_core_cannot_do_is_refused_naming_the_option(server_args, set
 @pytest.mark.parametrize(
     ("options", "settings", "named"),
     [
-        ({"hicache_storage_backend": "file"}, {}, "--hicache-storage-backend file"),
         ({"hicache_host_memory_mode": "buffer_only"}, {}, "--hicache-host-memory-mode buffer_only"),
         ({}, {"enable_kv_cache_events": True}, "--kv-events-config and --enable-hierarchical-cache"),
         ({}, {"context": {"is_hybrid_swa": True}}, "sliding-window"),

@@ -28,6 +28,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.components.full import FullComponent  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore  # noqa: E402
+from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
 
 from radix_sglang_adapter.backend.tree_core import RadixTreeCore  # noqa: E402
 
@@ -46,7 +47,7 @@ class CoreDriver:
     """A TreeCore with HiCache on, driven as UnifiedRadixCache drives it; reads its tree through
     ``view`` (each core keeps its own kind of node)."""
 
-    def __init__(self, make_core, page_size: int, policy: str, write_policy: str, is_eagle: bool = False):
+    def __init__(self, make_core, page_size: int, policy: str, write_policy: str, is_eagle: bool, storage: bool):
         params = CacheInitParams(
             req_to_token_pool=None,
             token_to_kv_pool_allocator=None,
@@ -61,6 +62,7 @@ class CoreDriver:
         self.core.set_hicache_enabled()
         self.core.is_write_back = write_policy == "write_back"
         self.core.write_through_threshold = THRESHOLDS[write_policy]
+        self.core.enable_storage = storage  # L3 on: every node keeps its pages' storage hashes
         self.sglang = isinstance(self.core, UnifiedTreeCore)
         self.freed: list[int] = []
         self.host_freed: list[int] = []
@@ -73,10 +75,11 @@ class CoreDriver:
         return list(node.key)
 
     def values(self, node) -> tuple:
+        """A node's device value, host value and storage hashes (one a page)."""
         if self.sglang:
             data = node.component_data[FULL]
-            return data.value, data.host_value
-        return node.value, node.host_value
+            return data.value, data.host_value, node.hash_value
+        return node.value, node.host_value, node.page_hashes
 
     def path_units(self, node) -> list:
         parts = []
@@ -92,10 +95,11 @@ class CoreDriver:
         while stack:
             node, above = stack.pop()
             units = above + self.units(node)
-            device, host = self.values(node)
+            device, host, hashes = self.values(node)
             for i in range(0, len(units) - len(above), page):
                 label = (node.key.extra_key, tuple(units[: len(above) + i + page]))
-                found[label] = tuple(None if v is None else tuple(v[i : i + page].tolist()) for v in (device, host))
+                indices = tuple(None if v is None else tuple(v[i : i + page].tolist()) for v in (device, host))
+                found[label] = (*indices, None if hashes is None else hashes[i // page])
             stack.extend((child, units) for child in node.children.values())
         return found
 
@@ -189,14 +193,12 @@ class CoreDriver:
         self.drain(self.core.drive_host_eviction(FULL, EVERYTHING))
 
     def insert_host(self, node_id: int, tokens: list[int], extra_key, host: list[int]) -> list[int]:
-        """An L3 prefetch below ``node_id``; returns the host slots the caller frees."""
-        pages = len(tokens) // self.core.page_size
-        result = self.core.insert_host(
-            node_id,
-            RadixKey(array("q", tokens), extra_key),
-            torch.tensor(host, dtype=torch.int64),
-            [str(i) for i in range(pages)],
-        )
+        """An L3 prefetch below ``node_id`` (its pages hashed as storage keys them, chained from
+        the anchor's last hash); returns the host slots the caller frees."""
+        key = RadixKey(array("q", tokens), extra_key)
+        prior = self.core.get_last_hash_value(node_id)
+        hashes = get_storage_hash_str(key, prior, page_size=self.core.page_size) if tokens else []
+        result = self.core.insert_host(node_id, key, torch.tensor(host, dtype=torch.int64), hashes)
         assert not result.cache_actions
         return host if result.host_insert_dropped else host[: result.prefix_len]
 
@@ -222,17 +224,19 @@ def random_tokens(rng: random.Random) -> list[int]:
 
 
 @pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("storage", [False, True], ids=["l2", "l3"])
 @pytest.mark.parametrize(("page_size", "is_eagle"), [(1, False), (2, False), (1, True)])
 @pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
-def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, page_size, is_eagle, seed):
-    rng = random.Random(f"{write_policy}-{page_size}-{is_eagle}-{seed}")
+def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, page_size, is_eagle, storage, seed):
+    rng = random.Random(f"{write_policy}-{page_size}-{is_eagle}-{storage}-{seed}")
     cores = (UnifiedTreeCore, RadixTreeCore)
-    drivers = [CoreDriver(make, page_size, "lru", write_policy, is_eagle) for make in cores]
+    drivers = [CoreDriver(make, page_size, "lru", write_policy, is_eagle, storage) for make in cores]
     numbers = iter(range(1, 10**9))
     locks: list = []
     host_locks: list = []
     operations = ["insert"] * 4 + ["chunked", "match", "lock", "unlock", "evict", "evict_host", "load_back"]
     operations += ["host_lock", "host_unlock"] + ["insert_host"] * (not is_eagle)  # L3 keys are no bigrams
+    operations += ["storage_backup"] * storage
     for step in range(150):
         op = rng.choice(operations)
         tokens, extra_key = random_tokens(rng), rng.choice([None, "lora-a"])
@@ -291,6 +295,18 @@ def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, pag
                 assert write_policy == "write_through_selective" and set(freed[0]) < set(freed[1])
                 return
             assert freed[0] == freed[1]
+        elif op == "storage_backup":  # what a backup to L3 reads of the deepest node matched
+            specs = []
+            for driver in drivers:
+                node_id = driver.match(tokens, extra_key)[0].best_match_node
+                spec = driver.core.build_storage_backup_spec(node_id, True)
+                chain = (driver.core.get_prefix_hash_values(node_id), driver.core.get_last_hash_value(node_id))
+                if spec is None:
+                    specs.append((None, chain))
+                else:
+                    fields = (spec.host_value.tolist(), list(spec.token_ids), spec.hash_value, spec.prefix_keys)
+                    specs.append((fields, chain))
+            assert specs[0] == specs[1]
         elif op == "evict":
             for driver in drivers:
                 driver.evict()

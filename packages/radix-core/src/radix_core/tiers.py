@@ -98,10 +98,12 @@ class TieredInsertResult(NamedTuple):
 
 class HostInsertResult(NamedTuple):
     """What ``insert_host`` did: the host value items of the ``adopted`` unit ranges are the
-    tree's now (free the rest); ``last_node`` is where the key ends, None if it was dropped."""
+    tree's now (free the rest); ``last_node`` is where the key ends, None if it was dropped;
+    ``refilled``: the nodes on the way that took their host copy from it, top down."""
 
     adopted: list[tuple[int, int]]
     last_node: TieredNode | None
+    refilled: list[TieredNode]
 
 
 class TieredRadixCache(RadixCache):
@@ -355,6 +357,7 @@ class TieredRadixCache(RadixCache):
         node.last_access_time = access_time
         self._reprioritize(node)
         adopted: list[tuple[int, int]] = []
+        refilled: list[TieredNode] = []
         found, ends = descend(node, key, 0, self.page_size)
         position = 0
         if found:
@@ -366,15 +369,16 @@ class TieredRadixCache(RadixCache):
                     child.host_value = kind.cut(host_value, position, end)
                     self._host_size += end - position
                     adopted.append((position, end))
+                    refilled.append(child)
                     self._note_duplicate(child)
                 self._reprioritize(child)  # a device leaf above host-only children may be on the path
                 above_on_host = child.host_value is not None
                 position = end
             node = path[-1]
         if position == units:
-            return HostInsertResult(adopted, node)
+            return HostInsertResult(adopted, node, refilled)
         if not self.write_back and node is not self.root_node and node.host_value is None:
-            return HostInsertResult(adopted, None)
+            return HostInsertResult(adopted, None, refilled)
         new = cast(TieredNode, self.node_class(key._units(position, units).compact(), None, node, node.priority))
         new.host_value = kind.cut(host_value, position, units)
         node.children[new.key.child_key(self.page_size)] = new
@@ -384,7 +388,7 @@ class TieredRadixCache(RadixCache):
         self._reprioritize(new)
         if self.on_store is not None:
             self.on_store(new)
-        return HostInsertResult(adopted, new)
+        return HostInsertResult(adopted, new, refilled)
 
     # ----- eviction ---------------------------------------------------------------------------
 

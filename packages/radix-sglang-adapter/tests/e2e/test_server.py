@@ -7,10 +7,13 @@ it checks and the servers it compares with. ``nox -s tests-e2e`` runs this modul
 from __future__ import annotations
 
 import dataclasses
+import time
+from pathlib import Path
 
 import pytest
+import workloads
 from fleet import Served, disagreements, serve
-from sglang_server import Server, ServerConfig, ServerFailed, write_models
+from sglang_server import VOCAB, Server, ServerConfig, ServerFailed, log_problems, write_models
 
 RETRACT_OFTEN = (("SGLANG_TEST_RETRACT", "1"), ("SGLANG_TEST_RETRACT_INTERVAL", "5"))
 # Page 16, a pool of 64 pages for prompts of up to 320 tokens, prefill in chunks of 64.
@@ -113,6 +116,56 @@ def test_serves_like_sglang(fleet: Fleet, config: ServerConfig) -> None:
 def test_the_host_tier_serves(fleet: Fleet, config: ServerConfig) -> None:
     """Each HiCache stream evicts prefixes to the host and loads some back (else it proves little)."""
     assert fleet(config).loaded_back, f"{config.name} loaded nothing back from the host tier"
+
+
+STORED_DOCUMENT = tuple(
+    workloads.tokens("stored-document", 496, VOCAB)
+)  # 31 pages of 16, over the 256-token prefetch floor
+L3_FLAGS = ("--hicache-storage-backend", "file", "--hicache-storage-prefetch-policy", "wait_complete")
+
+
+def stored_server(cache: str, store) -> ServerConfig:
+    """A HiCache server whose L3 is SGLang's ``file`` backend in ``store``."""
+    return ServerConfig(
+        cache,
+        **EVICTING,
+        flags=hicache("write_through") + L3_FLAGS,
+        env=(("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", str(store)),),
+    )
+
+
+def ask_about_the_document(fleet: Fleet, config: ServerConfig, name: str, question: int) -> tuple[int, tuple]:
+    """One question on the stored document, on a fresh server, which stays up until the document's
+    pages are in its L3 store (a page a file); its cached tokens and output."""
+    prompt = [*STORED_DOCUMENT, *workloads.tokens(f"stored-question-{question}", 16, VOCAB)]
+    store = dict(config.env)["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
+    with Server(config, fleet.models, fleet.log_path(name)) as server:
+        completion = server.generate(prompt, 8)
+        deadline = time.monotonic() + 60
+        while len(list(Path(store).glob("*.bin"))) < len(prompt) // 16 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        log = server.log_text()
+    assert not log_problems(log), f"{name}: {log_problems(log)[:5]}"
+    return completion.cached_tokens, completion.output_ids
+
+
+def test_a_second_server_reuses_what_the_first_stored_in_l3(fleet: Fleet) -> None:
+    """SGLang's ``file`` L3 backend: a server backs a document up to a directory; a second one,
+    started on the same directory, finds it there (prefetch) instead of computing it. Radix-core
+    names its pages as SGLang does: a radix server also reuses what SGLang's default stored."""
+    found = {}
+    for cache in ("default", "radix-native"):
+        store = fleet.directory / f"l3-{cache}"
+        config = stored_server(cache, store)
+        first = ask_about_the_document(fleet, config, f"l3-{cache}-first", 0)
+        second = ask_about_the_document(fleet, config, f"l3-{cache}-second", 1)
+        assert first[0] == 0 and second[0] == len(STORED_DOCUMENT), (cache, first[0], second[0])
+        found[cache] = (first, second)
+    assert found["radix-native"] == found["default"], "the same answers and cached tokens as SGLang's default"
+    crossed = ask_about_the_document(
+        fleet, stored_server("radix-native", fleet.directory / "l3-default"), "l3-cross", 1
+    )
+    assert crossed == found["default"][1], "a radix server reads the default's L3 store as its own"
 
 
 def test_kill_switch_refuses_to_start(fleet: Fleet) -> None:

@@ -17,9 +17,10 @@ What each shim is for:
 - HiCache's host tier (``--enable-hierarchical-cache``, io backend ``direct``): SGLang registers
   host pools with CUDA (``torch.cuda.cudart()``), syncs ``torch.cpu.Stream``s that have no
   ``synchronize``/``query``, and binds its device<->host KV copies (``sgl_kernel.kvcacheio``) only on
-  CUDA/ROCm/XPU. Here registration is skipped, the streams' waits are no-ops (CPU copies are done
-  when they return), and the three direct copies the layer_first and page_first layouts use are
-  written in torch from their definitions (a token's KV rows, gathered and scattered by index).
+  CUDA/ROCm/XPU, and its L3 path allocates pinned staging pages. Here registration is skipped,
+  host pools pin nothing, the streams' waits are no-ops (CPU copies are done when they return), and
+  the three direct copies the layer_first and page_first layouts use are written in torch from
+  their definitions (a token's KV rows, gathered and scattered by index).
 - AMX (``launch_sglang.py``, the launcher only): ``intel_amx`` is the one CPU attention backend with
   an EAGLE draft backend; on a CPU without AMX SGLang's argument resolution swaps it for
   ``torch_native``, which refuses EAGLE, unless the launcher's platform says AMX is there.
@@ -77,6 +78,16 @@ def _no_host_registration(common: ModuleType) -> None:
     common._cuda_host_unregister = lambda buffer: None
 
 
+def _host_pools_pin_nothing(base: ModuleType) -> None:
+    built = base.HostKVCache.__init__
+
+    def __init__(self, *args, **kwargs) -> None:
+        built(self, *args, **kwargs)
+        self.pin_memory = False
+
+    base.HostKVCache.__init__ = __init__
+
+
 def _transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size) -> None:
     for source, destination in zip(src_layers, dst_layers):
         destination[dst_indices] = source[src_indices]
@@ -119,5 +130,6 @@ def install() -> None:
     sglang_cpu_shim.install()
     patch_after_import("sglang.srt.mem_cache.allocation", _use_torch_last_loc)
     patch_after_import("sglang.srt.mem_cache.pool_host.common", _no_host_registration)
+    patch_after_import("sglang.srt.mem_cache.pool_host.base", _host_pools_pin_nothing)
     patch_after_import("sglang.srt.mem_cache.pool_host.mha", _torch_kv_copies)
     _cpu_streams_wait_for_nothing()

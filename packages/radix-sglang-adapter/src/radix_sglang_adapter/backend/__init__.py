@@ -120,9 +120,7 @@ def hicache_refusal(ctx: Any) -> str | None:
     from sglang.srt.runtime_context import get_memory
 
     memory = get_memory()
-    storage = getattr(memory, "hicache_storage_backend", None)
     unsupported = [
-        (bool(storage), f"--hicache-storage-backend {storage}", "radix-core's TreeCore keeps no L3 hashes yet"),
         (
             getattr(memory, "hicache_host_memory_mode", None) == "buffer_only",
             "--hicache-host-memory-mode buffer_only",

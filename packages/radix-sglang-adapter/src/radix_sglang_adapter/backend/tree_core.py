@@ -4,8 +4,10 @@ SGLang 0.5.22+ keeps its hierarchical cache in ``UnifiedRadixCache``, which driv
 through ``UnifiedTreeCoreInterface``: node ids across the boundary, resumable inserts, step-by-step
 eviction, host values and host locks, backup and load-back specs. This core answers that interface
 with a ``radix_core.TieredRadixCache`` for full attention alone; what it does not serve (SWA and
-mamba components, session radix cache, buffer-only host memory, the external cache linker, L3
-storage hashes, KV events) is refused when asked for, naming it, never served wrong.
+mamba components, session radix cache, buffer-only host memory, the external cache linker, KV
+events) is refused when asked for, naming it, never served wrong. With L3 storage on, each node
+keeps its pages' storage hashes (SGLang's own hash of SGLang's key) in ``page_hashes``, which the
+tree cuts with the node.
 
 Imported only when SGLang builds a cache with it: it imports SGLang.
 """
@@ -33,6 +35,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.cache_action import BackupKV, FreeDeviceKV
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.components import CacheTransferPhase
+from sglang.srt.mem_cache.unified_cache.unified_tree_core import StorageBackupSpec
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     BaseEvictionResult,
     DemoteResult,
@@ -44,6 +47,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     TreePathNodeInfo,
     UnifiedTreeCoreInterface,
 )
+from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 import radix_core
 from radix_core import EVICTION_POLICIES, TieredNode, TieredRadixCache
@@ -152,6 +156,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             self.eviction_policy,
             on_evict=self._freed_on_device,
             on_host_evict=self._freed_on_host,
+            on_store=self._hash_if_stored,
             on_remove=self._forget,
             node_class=node_class,
         )
@@ -167,6 +172,53 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         self._empty_match_result = MatchResult(
             device_prefix_len=0, last_device_node=root, last_host_node=root, best_match_node=root, cache_actions=[]
         )
+
+    # ----- L3 storage: page hash chains -----------------------------------------------------------
+
+    def _hash_if_stored(self, node: Any) -> None:
+        """A node entered the tree: with storage on, its pages get their storage hashes."""
+        if self.enable_storage and node.page_hashes is None:
+            node.page_hashes = self._storage_hashes(node)
+
+    def _storage_hashes(self, node: Any) -> list[str]:
+        """SGLang's storage hashes of ``node``'s pages, chained from its parent's last one."""
+        parent = node.parent
+        prior = parent.page_hashes[-1] if parent is not self.root_node and parent.page_hashes else None
+        extra_key, salt = self._namespaces.get(node.key.extra_key, (node.key.extra_key, None))
+        key = RadixKey(node.key.token_ids, extra_key, node.key.is_bigram, None, salt)
+        return cast("list[str]", get_storage_hash_str(key, prior, page_size=self.page_size))
+
+    def get_last_hash_value(self, node_id: NodeId) -> str | None:
+        hashes = self._node(node_id).page_hashes
+        return hashes[-1] if hashes else None
+
+    def get_prefix_hash_values(self, node_id: NodeId) -> list[str]:
+        """The hashes of the node's ancestors, root first, up to the first one without (as SGLang)."""
+        chunks, node = [], self._node(node_id).parent
+        while node is not None and node is not self.root_node and node.page_hashes is not None:
+            chunks.append(node.page_hashes)
+            node = node.parent
+        return [value for chunk in reversed(chunks) for value in chunk]
+
+    def get_hash_values(self, node_id: NodeId) -> list[str]:
+        return list(self._node(node_id).page_hashes or [])
+
+    def backfill_missing_hash_values(self) -> int:
+        filled, stack = 0, list(self.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            if node.page_hashes is None:
+                node.page_hashes = self._storage_hashes(node)
+                filled += 1
+            stack.extend(node.children.values())
+        return filled
+
+    def build_storage_backup_spec(self, node_id: NodeId, pass_prefix_keys: bool) -> StorageBackupSpec | None:
+        node = self._node(node_id)
+        if node.host_value is None:
+            return None
+        prefix = self.get_prefix_hash_values(node_id) if pass_prefix_keys else None
+        return StorageBackupSpec(node.host_value, node.key.token_ids, node.page_hashes, prefix, {})
 
     def _forget(self, node: Any) -> None:
         """A node left the tree: its id no longer resolves."""
@@ -575,6 +627,13 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         if result.last_node is None:
             return InsertResult(prefix_len=total, total_len=total, host_insert_dropped=True)
         kept_from = result.adopted[0][0] if result.adopted else total  # the tree took a suffix
+        pages = self.page_size
+        for node, (first, stop) in zip(result.refilled, result.adopted):  # a range per refill, in order
+            if node.page_hashes is None:  # SGLang gives a refilled node the hashes given, if it has none
+                node.page_hashes = list(hash_value[first // pages : stop // pages])
+        if len(result.adopted) > len(result.refilled):
+            first, stop = result.adopted[-1]  # the new node's pages: SGLang keeps the hashes given
+            result.last_node.page_hashes = list(hash_value[first // pages : stop // pages])
         inserted = result.last_node if result.last_node.host_value is not None else None
         return InsertResult(
             prefix_len=kept_from,
@@ -589,21 +648,6 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return self._namespaces.get(node.key.extra_key, (node.key.extra_key, None))
 
     # ----- refused: what this core does not serve -----------------------------------------------
-
-    def get_last_hash_value(self, node_id: NodeId) -> NoReturn:
-        self._refuse("L3 storage")
-
-    def get_prefix_hash_values(self, node_id: NodeId) -> NoReturn:
-        self._refuse("L3 storage")
-
-    def get_hash_values(self, node_id: NodeId) -> NoReturn:
-        self._refuse("L3 storage")
-
-    def backfill_missing_hash_values(self) -> NoReturn:
-        self._refuse("L3 storage")
-
-    def build_storage_backup_spec(self, node_id: NodeId, pass_prefix_keys: bool) -> NoReturn:
-        self._refuse("L3 storage")
 
     def snapshot_buffer_backup(self, node_id: NodeId, pass_prefix_keys: bool) -> NoReturn:
         self._refuse("buffer-only host memory")
