@@ -261,6 +261,17 @@ def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, pag
                 for m, indices, best in matches
             ]
             assert found[0] == found[1]
+            # the read-only views the scheduler takes: a device match, paths, their order
+            key = RadixKey(array("q", tokens), extra_key)
+            device = [d.core.match_full_device_prefix(key) for d in drivers]
+            assert (device[0][0], device[0][2]) == (device[1][0], device[1][2])  # node ids differ
+            views = []
+            for driver, (match, _, _) in zip(drivers, matches):
+                ends = [match.best_match_node, match.last_device_node, driver.core.root_node.id]
+                paths = driver.core.collect_path_info(ends)
+                shapes = [[(i.path_start, i.path_end, i.full_value_len, i.num_children) for i in p] for p in paths]
+                views.append((shapes, driver.core.dfs_weight_order(ends), driver.core.is_write_through_compatible()))
+            assert views[0] == views[1]
         elif op == "lock":
             receipts = [d.core.inc_lock_ref(d.match(tokens, extra_key)[0].last_device_node) for d in drivers]
             assert receipts[0].delta == receipts[1].delta

@@ -244,12 +244,7 @@ class TieredRadixCache(RadixCache):
     def backup_chain(self, node: TieredNode) -> list[TieredNode]:
         """``node`` and its ancestors with no host copy, root first: what a write-through backup
         of ``node`` copies, so that host nodes stay a rooted subtree."""
-        chain = []
-        while node is not self.root_node and node.host_value is None:
-            chain.append(node)
-            node = cast(TieredNode, node.parent)
-        chain.reverse()
-        return chain
+        return self._run_up(node, lambda part: part.host_value is None)
 
     # ----- backup, load-back, L3 --------------------------------------------------------------
 
@@ -282,12 +277,7 @@ class TieredRadixCache(RadixCache):
         """The host-only nodes from ``node`` up to the first device node, root first: what must
         be copied to the device for a request to use the path down to ``node``."""
         self._check_in_tree(node)
-        run = []
-        while node is not self.root_node and node.value is None:
-            run.append(node)
-            node = cast(TieredNode, node.parent)
-        run.reverse()
-        return run
+        return self._run_up(node, lambda part: part.value is None)
 
     def host_indices(self, nodes: Iterable[TieredNode]) -> Any:
         """The host values of ``nodes``, joined."""
@@ -609,6 +599,15 @@ class TieredRadixCache(RadixCache):
         if self.on_remove is not None:
             self.on_remove(node)
         return units
+
+    def _run_up(self, node: TieredNode, lacking: Callable[[TieredNode], bool]) -> list[TieredNode]:
+        """``node`` and its ancestors up to the root or the first not ``lacking``, root first."""
+        run = []
+        while node is not self.root_node and lacking(node):
+            run.append(node)
+            node = cast(TieredNode, node.parent)
+        run.reverse()
+        return run
 
     def _check_in_tree(self, node: TreeNode) -> None:
         if node is not self.root_node:
