@@ -414,6 +414,15 @@ def bench_anchor(session: nox.Session) -> None:
     session.run(python, "-W", "ignore", "benchmarks/benchmark_anchor.py", *args, external=True)
 
 
+@nox.session(name="bench-tree-core", venv_backend="none")
+def bench_tree_core(session: nox.Session) -> None:
+    """HiCache's TreeCores: SGLang 0.5.23's Python and Rust cores vs RadixTreeCore (native, pure)."""
+    python = sglang_python(session, "0.5.23")
+    install_radix(session, python, native=True)
+    args = session.posargs or ["--check"]
+    session.run(python, "-W", "ignore", "benchmarks/benchmark_tree_core.py", *args, external=True)
+
+
 @nox.session(name="bench-sglang-path", venv_backend="none")
 def bench_sglang_path(session: nox.Session) -> None:
     """SGLang 0.5.10's EAGLE cache paths with the adapter off, on (pure) and on (native)."""
