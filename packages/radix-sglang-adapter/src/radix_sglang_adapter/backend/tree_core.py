@@ -81,7 +81,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         if params.enable_session_radix_cache:
             self._refuse("the session radix cache")
         if params.enable_kv_cache_events:
-            self._refuse("--kv-events-config with HiCache")
+            self._refuse("--kv-events-config")
         policy = params.eviction_policy.lower()
         if policy not in EVICTION_POLICIES:
             self._refuse(f"--radix-eviction-policy {params.eviction_policy}")
@@ -164,8 +164,6 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         self._namespaces: dict[Any, tuple[Any, Any]] = {}
         self._device_frees: list[Any] = []
         self._host_frees: list[Any] = []
-        self._unbacked = 0
-        self._insert: InsertStepResult | None = None
         self._eviction_target = 0
         self._sync_policy()
         root = self.root_node.id
@@ -320,10 +318,9 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     # ----- insert -------------------------------------------------------------------------------
 
     def begin_insert(self, params: InsertParams) -> InsertStepResult:
-        """The walk has no barrier for FULL alone: one step, its actions in SGLang's order (the
+        """The walk has no barrier for FULL alone: one step, done when it returns (nothing stays in
+        flight, as SGLang's core after its last step), its actions in SGLang's order (the
         duplicates to free, then each backup chain, root first, an ancestor in one chain only)."""
-        if self._insert is not None:
-            raise RuntimeError("concurrent insert walks")
         key = self._tree_key(params.key)
         value = params.value
         if value is None:  # SGLang stores the token ids themselves then
@@ -346,8 +343,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             last_device_node=result.last_node.id,
             adopted_ranges={FULL: ranges} if params.track_adopted_ranges else None,
         )
-        self._insert = InsertStepResult(actions=actions, result=insert_result)
-        return self._insert
+        return InsertStepResult(actions=actions, result=insert_result)
 
     @staticmethod
     def _duplicates(
@@ -384,7 +380,6 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return False
 
     def end_insert(self) -> list[Any]:
-        self._insert = None
         return []
 
     # ----- locks --------------------------------------------------------------------------------
