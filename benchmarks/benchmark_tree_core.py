@@ -13,9 +13,11 @@ UnifiedRadixCache makes on its core, for each TreeCore, HiCache on, page 1:
     evict_device_* / evict_device_leaf (+ backup      device eviction down to --capacity tokens
       and demote under write_back), drive_host_eviction   host eviction down to twice that
 
-The clock (gc on, torch on 1 thread) runs over those calls only: not UnifiedRadixCache's layer
-above the core, not the cache controller's copies (there are none: host slots are numbers). So it
-says how the cores compare, not what the whole cache costs. Cores, each fresh per replay, in
+The clock (gc on, torch on 1 thread) runs inside those calls only (each core behind
+bench-sglang-backend's ``TimedCache``, less its probe's cost per call): not this driver's work
+between them (making the requests' slot tensors), not UnifiedRadixCache's layer above the core,
+not the cache controller's copies (there are none: host slots are numbers). So it says how the
+cores compare, not what the whole cache costs. Cores, each fresh per replay, in
 turn every round: SGLang's Python TreeCore, its Rust TreeCore (what SGLang's default uses),
 RadixTreeCore on radix-core native and on its Python tree. Every core must give the same device
 prefix to every request and load back the same host hits (else the run fails).
@@ -30,7 +32,6 @@ import gc
 import importlib.metadata
 import statistics
 import sys
-import time
 import types
 from array import array
 from collections import defaultdict
@@ -44,6 +45,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 
 sglang_cpu_shim.install()
 
+import benchmark_sglang_backend as timing  # noqa: E402  (its TimedCache and timing probe)
 import torch  # noqa: E402
 from _report import cpu_model, report  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: E402
@@ -93,7 +95,7 @@ class Replay:
     """One core through one cell: the clock over its calls, its answers, host slots in use."""
 
     def __init__(self, core: Any, capacity: int):
-        self.core, self.capacity = core, capacity
+        self.core, self.capacity = timing.TimedCache(core), capacity
         self.next_slot = self.next_host_slot = 0
         self.host_in_use = 0
 
@@ -176,12 +178,8 @@ class Replay:
 def replay(name: str, requests: list[tuple[array, array]], write_policy: str, capacity: int):
     """Microseconds per request in the core's calls, and each request's (device, host) hit."""
     run = Replay(build(name, write_policy), capacity)
-    clock, spent, hits = time.perf_counter, 0.0, []
-    for prompt, output in requests:
-        start = clock()
-        hits.append(run.request(prompt, output))
-        spent += clock() - start
-    return spent / len(requests) * 1e6, hits
+    hits = [run.request(prompt, output) for prompt, output in requests]
+    return run.core.cache_seconds() / len(requests) * 1e6, hits
 
 
 def run_one(name: str, *args: Any):
@@ -238,9 +236,11 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    timing.PROBE_SECONDS = timing.probe_seconds()
     status = radix_core.backend()
     print(f"SGLang {importlib.metadata.version('sglang')}, radix-core {radix_core.__version__} ({status.reason})")
     print(f"{cpu_model()}, torch {torch.__version__}")
+    print(f"timing probe: {timing.PROBE_SECONDS * 1e9:.0f} ns per call, left out of the clock")
     if status.active != "native":
         print("radix-native is not in use: the native column would be the pure one", file=sys.stderr)
         return 1
