@@ -33,13 +33,25 @@ in-the-cache clock; the scheduler-path ratios are printed beside them.
 request as the scheduler's publisher takes them after every batch (inside the clock; the
 publisher's serialization runs on its own thread, outside the scheduler's).
 
-    python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--kv-events] [--check] [--json FILE]
+``--hicache``: instead, the cells with HiCache on (``--enable-hierarchical-cache``, a host tier twice
+the device pool; write_through and write_back x 1M and 200k tokens): SGLang's default and
+``--radix-cache-backend radix`` are then both UnifiedRadixCache with its cache controller, on SGLang's
+Rust TreeCore or on radix-core's (native, pure). The scheduler's HiCache calls are added: its poll
+of the host tier once per request, a host hit's load-back at admission, the batch's start of the
+load. The host tier's KV copies move nothing (on a GPU they are kernels on their own streams, off the
+scheduler's CPU; see ``host_copies_move_nothing``); their bookkeeping stays on the clock. The cache's
+calls into its TreeCore are timed too, so each cell also says what the cache would cost with a
+TreeCore costing nothing: the most any core can win.
+
+    python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--kv-events | --hicache]
+                                                  [--check] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gc
 import importlib.metadata
 import os
@@ -48,23 +60,25 @@ import statistics
 import sys
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
+sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests" / "sglang_server_site"))
 
-import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
+import sglang_server_shims  # noqa: E402  (test-only: SGLang imports on CPU, and HiCache's host tier runs there)
 
-sglang_cpu_shim.install()
+sglang_server_shims.install()
 
 import torch  # noqa: E402
 from _report import report  # noqa: E402
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams  # noqa: E402
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 from sglang.srt.mem_cache.registry import create_tree_cache, get_radix_cache_factory  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
@@ -171,46 +185,117 @@ def probe_seconds(calls: int = 200_000) -> float:
 PROBE_SECONDS = 0.0  # set by main() before any replay
 
 
-def default_cache(server_args: Any, params: Any) -> Any:
-    cache = create_tree_cache(sh.build_context(server_args, params))
+def default_cache(context: Any) -> Any:
+    cache = create_tree_cache(context)
     core = type(getattr(cache, "tree_core", None)).__name__
     assert core.startswith("Rust"), f"SGLang's default cache runs {core}, not its Rust TreeCore"
     return cache
 
 
-def backend_cache(server_args: Any, params: Any) -> Any:
-    return get_radix_cache_factory(radix_sglang_adapter.BACKEND_NAME)(sh.build_context(server_args, params))
+def backend_cache(context: Any) -> Any:
+    return get_radix_cache_factory(radix_sglang_adapter.BACKEND_NAME)(context)
 
 
-IMPLEMENTATIONS: dict[str, Callable[[Any, Any], Any]] = {
+IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
     BASELINE: default_cache,
-    "SGLang RadixCache": lambda server_args, params: RadixCache(params),
+    "SGLang RadixCache": lambda context: RadixCache(context.params),
     "radix native": backend_cache,
     "radix pure": backend_cache,
 }
+# With HiCache on, both SGLang's default and --radix-cache-backend radix are UnifiedRadixCache with
+# its cache controller, on SGLang's Rust TreeCore or on radix-core's; SGLang's RadixCache has no host tier.
+HICACHE_IMPLEMENTATIONS = [BASELINE, "radix native", "radix pure"]
+HICACHE_CELLS = [(policy, capacity) for policy in ("write_through", "write_back") for capacity in ("1M", "200k")]
+HICACHE_TARGET = 2.0  # radix native over SGLang's default, both with HiCache, in the cache (issue 18)
+HOST_RATIO = 2.0  # the host tier holds twice the device pool (--hicache-ratio)
+# The device KV pool the host tier copies from and to: one layer, one head of 8 fp16 values per
+# token, so that a copy costs what its indexing costs, not what moving a real model's KV would.
+KV_SHAPE = {"head_num": 1, "head_dim": 8, "layer_num": 1}
 
 
-def replay(implementation: str, server_args: Any, requests: list[Request], eagle: bool, capacity: int, chunk: int):
+def host_copies_move_nothing() -> None:
+    """On a GPU server the host tier's KV copies are kernels on their own streams, off the
+    scheduler's CPU; on this CPU they would be synchronous copies (or absent kernels), the same for
+    every cache. The replays keep the caches' bookkeeping around them and move no KV."""
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+
+    MHATokenToKVPoolHost.backup_from_device_all_layer = lambda self, *args, **kwargs: None
+    MHATokenToKVPoolHost.load_to_device_per_layer = lambda self, *args, **kwargs: None
+
+
+class NoForwardWorker:
+    """The scheduler's tp_worker as HiCache's set-up sees it: the model's layers would wait on the
+    load-back counter; with no forward here, nothing does (CPU copies are done when they return)."""
+
+    def register_hicache_layer_transfer_counter(self, counter: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def hicache_server_args(write_policy: str) -> Iterator[Any]:
+    """SGLang's process-wide config with HiCache on, as on a GPU server: copies by kernel (the io
+    backend SGLang defaults to), layer_first host layout."""
+    with sh.published_server_args(
+        enable_hierarchical_cache=True,
+        hicache_ratio=HOST_RATIO,
+        hicache_write_policy=write_policy,
+        hicache_io_backend="kernel",
+        hicache_mem_layout="layer_first",
+    ) as server_args:
+        yield server_args
+
+
+def replay(
+    implementation: str,
+    server_args: Any,
+    requests: list[Request],
+    eagle: bool,
+    capacity: int,
+    chunk: int,
+    hicache: bool = False,
+):
     """Seconds per request on the scheduler path and inside the cache, and each request's matched
-    prefix length."""
+    prefix: (on the device, loaded back from the host tier)."""
     longest = max(len(prompt) + len(output) for prompt, output in requests)
     pool = ReqToTokenPool(1, longest + 1, "cpu", False)
-    allocator = FreeListAllocator(capacity, torch.float16, "cpu", None, False)
+    kv_pool = None
+    if hicache:
+        kv_pool = MHATokenToKVPool(capacity, 1, torch.float16, **KV_SHAPE, device="cpu", enable_memory_saver=False)
+    allocator = FreeListAllocator(capacity, torch.float16, "cpu", kv_pool, False)
     cache_name = implementation.removesuffix(WITH_EVENTS)
     events = cache_name != implementation
     params = sh.cache_params(pool, allocator, 1, eagle, "lru", enable_kv_cache_events=events)
-    cache = TimedCache(IMPLEMENTATIONS[cache_name](server_args, params))
+    worker = NoForwardWorker() if hicache else None
+    context = sh.build_context(server_args, params, enable_hierarchical_cache=hicache, tp_worker=worker)
+    built = IMPLEMENTATIONS[cache_name](context)
+    # With HiCache, the cache's calls into its TreeCore are timed too: the share of the cache's time
+    # a faster core could win back (the rest is UnifiedRadixCache and its cache controller).
+    core = TimedCache(built.tree_core if hicache else None)
+    if hicache:
+        built.tree_core = core
+    cache = TimedCache(built)
     clock = time.perf_counter
-    seconds, inside, matched = [], [], []
+    seconds, inside, in_core, matched = [], [], [], []
     for number, (prompt, output) in enumerate(requests):
         req = Req(f"r{number}", "", prompt, SamplingParams(max_new_tokens=len(output) + 1))
-        cache.seconds, cache.calls = 0.0, 0
+        cache.seconds, cache.calls = core.seconds, core.calls = 0.0, 0
         start = clock()
+        if hicache:  # the scheduler polls the host tier's copies once per step
+            cache.check_hicache_events()
         req.init_next_round_input(cache)
+        on_device, loaded = req.prefix_len, 0
+        if hicache and req.host_hit_length:  # admission loads a host hit back, then the batch starts it
+            loaded, req.last_node = cache.init_load_back(
+                InitLoadBackParams(best_match_node=req.best_match_node, host_hit_length=req.host_hit_length, req=req)
+            )
+            req.prefix_len += loaded
+            req.kv.cache_protected_len = req.prefix_len
         req.lock = cache.lock(req.last_node)
+        if hicache:
+            cache.ready_to_load_host_cache()
         prefix = cache.prefix_device_indices(req)
         spent = clock() - start
-        matched.append(req.prefix_len)
+        matched.append((on_device, loaded))
         pool.alloc([req])
         row = req.kv.req_pool_idx
         pool.write((row, slice(0, req.prefix_len)), prefix)
@@ -239,88 +324,120 @@ def replay(implementation: str, server_args: Any, requests: list[Request], eagle
         if events:
             cache.take_events()
         seconds.append(spent + clock() - start)
-        inside.append(cache.cache_seconds())
-    return seconds, inside, matched
+        inside.append(cache.cache_seconds() - core.calls * PROBE_SECONDS)  # the inner probes too
+        in_core.append(core.cache_seconds())
+    return seconds, inside, in_core, matched
 
 
-def run_one(implementation: str, *args: Any) -> tuple[list[float], list[float], list[int]]:
+def run_one(implementation: str, *args: Any) -> tuple[list[float], list[float], list[float], list[tuple[int, int]]]:
     if implementation.startswith("radix pure"):
         with python_reference_only():
             return replay(implementation, *args)
     return replay(implementation, *args)
 
 
-def measure(server_args: Any, requests: list[Request], rounds: int, chunk: int, names: list[str]) -> list[dict]:
-    total = sum(len(prompt) + len(output) for prompt, output in requests)
-    for name in names:  # untimed: the process's first touch of fresh memory lands on nobody's clock
+def warm_up(server_args: Any, requests: list[Request], chunk: int, names: list[str], hicache: bool) -> None:
+    """Each cache once per mode, untimed: the process's first touch of fresh memory lands on nobody's
+    clock (unbounded without HiCache, the largest HiCache capacity with it)."""
+    capacity = CAPACITIES["1M"] if hicache else sum(len(prompt) + len(output) for prompt, output in requests) + 1
+    for name in names:
         gc.collect()
         for eagle in (False, True):
-            run_one(name, server_args, requests, eagle, total + 1, chunk)
-    cells = []
-    for eagle in (False, True):
-        for capacity_name, capacity in CAPACITIES.items():
-            slots = capacity or total + 1
-            per_round: dict[str, list[float]] = {name: [] for name in names}  # in the cache
-            path_per_round: dict[str, list[float]] = {name: [] for name in names}  # scheduler path
-            matched_by: dict[str, list[int]] = {}
-            for r in range(rounds):
-                for name in names[r % len(names) :] + names[: r % len(names)]:
-                    gc.collect()
-                    seconds, inside, matched = run_one(name, server_args, requests, eagle, slots, chunk)
-                    per_round[name].append(sum(inside) / len(inside))
-                    path_per_round[name].append(sum(seconds) / len(seconds))
-                    matched_by[name] = matched
-            prompt_tokens = sum(len(prompt) for prompt, _ in requests)
-            cell = {
-                "eagle": eagle,
-                "capacity": capacity_name,
-                "same_prefix_lengths": all(m == matched_by[BASELINE] for m in matched_by.values()),
-                "hit_rate": sum(matched_by[BASELINE]) / prompt_tokens,
-                "implementations": {},
-            }
-            for name, times in per_round.items():
-                ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
-                events_off = per_round.get(name.removesuffix(WITH_EVENTS)) if name.endswith(WITH_EVENTS) else None
-                path_times = path_per_round[name]
-                path_ratios = [b / t for b, t in zip(path_per_round[BASELINE], path_times)]
-                cell["implementations"][name] = {
-                    "us_per_request": statistics.median(times) * 1e6,
-                    "speedup": statistics.median(ratios),
-                    "speedup_min": min(ratios),
-                    "speedup_max": max(ratios),
-                    "path_us_per_request": statistics.median(path_times) * 1e6,
-                    "path_speedup": statistics.median(path_ratios),
-                }
-                if events_off:  # in the cache, per round: events on over events off
-                    costs = [on / off for on, off in zip(times, events_off)]
-                    cell["implementations"][name]["events_cost"] = statistics.median(costs)
-            cells.append(cell)
-            print_cell(cell)
-    return cells
+            run_one(name, server_args, requests, eagle, capacity, chunk, hicache)
+
+
+def measure(
+    server_args: Any,
+    requests: list[Request],
+    rounds: int,
+    chunk: int,
+    names: list[str],
+    eagle: bool,
+    capacity_name: str,
+    write_policy: str | None = None,
+) -> dict:
+    """One cell: every cache in turn, in rotating order each round; ``write_policy`` turns HiCache on."""
+    hicache = write_policy is not None
+    slots = CAPACITIES[capacity_name] or sum(len(prompt) + len(output) for prompt, output in requests) + 1
+    per_round: dict[str, list[float]] = {name: [] for name in names}  # in the cache
+    core_per_round: dict[str, list[float]] = {name: [] for name in names}  # in its TreeCore (HiCache)
+    path_per_round: dict[str, list[float]] = {name: [] for name in names}  # scheduler path
+    matched_by: dict[str, list[tuple[int, int]]] = {}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            gc.collect()
+            seconds, inside, in_core, matched = run_one(name, server_args, requests, eagle, slots, chunk, hicache)
+            per_round[name].append(sum(inside) / len(inside))
+            core_per_round[name].append(sum(in_core) / len(in_core))
+            path_per_round[name].append(sum(seconds) / len(seconds))
+            matched_by[name] = matched
+    prompt_tokens = sum(len(prompt) for prompt, _ in requests)
+    cell = {
+        "eagle": eagle,
+        "capacity": capacity_name,
+        "hicache": write_policy,
+        "same_prefix_lengths": all(m == matched_by[BASELINE] for m in matched_by.values()),
+        "hit_rate": sum(device + loaded for device, loaded in matched_by[BASELINE]) / prompt_tokens,
+        "host_hit_rate": sum(loaded for _, loaded in matched_by[BASELINE]) / prompt_tokens,
+        "implementations": {},
+    }
+    for name, times in per_round.items():
+        ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
+        events_off = per_round.get(name.removesuffix(WITH_EVENTS)) if name.endswith(WITH_EVENTS) else None
+        path_times = path_per_round[name]
+        path_ratios = [b / t for b, t in zip(path_per_round[BASELINE], path_times)]
+        cell["implementations"][name] = {
+            "us_per_request": statistics.median(times) * 1e6,
+            "speedup": statistics.median(ratios),
+            "speedup_min": min(ratios),
+            "speedup_max": max(ratios),
+            "path_us_per_request": statistics.median(path_times) * 1e6,
+            "path_speedup": statistics.median(path_ratios),
+        }
+        if hicache:  # in its TreeCore; and what the cache would cost with a core costing nothing
+            core_times = core_per_round[name]
+            cell["implementations"][name]["core_us_per_request"] = statistics.median(core_times) * 1e6
+            ceilings = [b / (t - c) for b, t, c in zip(per_round[BASELINE], times, core_times)]
+            cell["implementations"][name]["free_core_speedup"] = statistics.median(ceilings)
+        if events_off:  # in the cache, per round: events on over events off
+            costs = [on / off for on, off in zip(times, events_off)]
+            cell["implementations"][name]["events_cost"] = statistics.median(costs)
+    print_cell(cell)
+    return cell
+
+
+def cell_name(cell: dict) -> str:
+    mode = "EAGLE" if cell["eagle"] else "plain"
+    return f"{mode}, {cell['capacity']}" + (f", HiCache {cell['hicache']}" if cell["hicache"] else "")
 
 
 def print_cell(cell: dict) -> None:
-    mode = "EAGLE" if cell["eagle"] else "plain"
-    print(f"\n{mode}, capacity {cell['capacity']}: hit rate {cell['hit_rate']:.1%}", flush=True)
+    host = f" ({cell['host_hit_rate']:.1%} loaded back from the host tier)" if cell["hicache"] else ""
+    print(f"\n{cell_name(cell)}: hit rate {cell['hit_rate']:.1%}{host}", flush=True)
     print(f"  {'':<27} {'in the cache':>29}  {'scheduler path':>24}")
     for name, v in cell["implementations"].items():
         spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
         inside = f"{v['us_per_request']:>7.1f} us {v['speedup']:>5.2f}x {spread}"
         path = f"{v['path_us_per_request']:>7.1f} us {v['path_speedup']:>5.2f}x"
         cost = f"  events on: {v['events_cost']:.2f}x its time without" if "events_cost" in v else ""
+        if "core_us_per_request" in v:
+            cost = f"  {v['core_us_per_request']:>6.1f} us in its TreeCore ({v['free_core_speedup']:.2f}x if free)"
         print(f"  {name:<27} {inside:>29}  {path:>24}{cost}", flush=True)
 
 
 def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
     found = []
     for cell in cells:
-        where = f"{'EAGLE' if cell['eagle'] else 'plain'}, {cell['capacity']}"
+        where = cell_name(cell)
         found.append((f"{where}: same prefix length for every request", cell["same_prefix_lengths"]))
         results = cell["implementations"]
-        for name, minimum in TARGETS.items():
+        targets = {"radix native": HICACHE_TARGET} if cell["hicache"] else TARGETS
+        for name, minimum in targets.items():
             if minimum is not None:
                 got = results[name]["speedup"]
                 found.append((f"{where}: {name} {got:.2f}x vs {BASELINE} (target >= {minimum}x)", got >= minimum))
+        if NOT_SLOWER_THAN not in results:
+            continue
         ours, theirs = results["radix native"]["us_per_request"], results[NOT_SLOWER_THAN]["us_per_request"]
         found.append(
             (f"{where}: radix native not slower than {NOT_SLOWER_THAN} ({theirs / ours:.2f}x)", ours <= theirs)
@@ -335,9 +452,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=8192, help="chunked-prefill size in tokens")
     parser.add_argument("--kv-events", action="store_true", help="also run the default and radix native with events")
+    parser.add_argument(
+        "--hicache", action="store_true", help="the HiCache cells (write policies x capacities) instead"
+    )
     parser.add_argument("--check", action="store_true", help="exit non-zero on a mismatch or a missed target")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
+    if args.hicache and args.kv_events:
+        parser.error("SGLang refuses KV cache events with HiCache on radix-core: --kv-events and --hicache")
     names = list(IMPLEMENTATIONS) + (EVENT_RUNS if args.kv_events else [])
 
     torch.set_num_threads(1)
@@ -358,13 +480,26 @@ def main() -> int:
     requests = [(expander.prompt(r), expander.output(i, r)) for i, r in enumerate(trace)]
     tokens = sum(len(p) + len(o) for p, o in requests)
     print(f"{Path(args.trace).name}: first {len(requests)} requests, {tokens:,} tokens, chunk {args.chunk}")
-    with sh.published_server_args() as server_args:
-        # Import-time objects and the requests are frozen, so that a full collection (which any
-        # cache may trigger) does not rescan them; the collector is otherwise on.
-        gc.collect()
-        gc.freeze()
-        cells = measure(server_args, requests, args.rounds, args.chunk, names)
-        gc.unfreeze()
+    # Import-time objects and the requests are frozen, so that a full collection (which any cache
+    # may trigger) does not rescan them; the collector is otherwise on.
+    gc.collect()
+    gc.freeze()
+    cells = []
+    if args.hicache:
+        host_copies_move_nothing()
+        for number, (write_policy, capacity_name) in enumerate(HICACHE_CELLS):
+            with hicache_server_args(write_policy) as server_args:
+                if not number:
+                    warm_up(server_args, requests, args.chunk, HICACHE_IMPLEMENTATIONS, hicache=True)
+                cell = (False, capacity_name, write_policy)
+                cells.append(measure(server_args, requests, args.rounds, args.chunk, HICACHE_IMPLEMENTATIONS, *cell))
+    else:
+        with sh.published_server_args() as server_args:
+            warm_up(server_args, requests, args.chunk, names, hicache=False)
+            for eagle in (False, True):
+                for capacity_name in CAPACITIES:
+                    cells.append(measure(server_args, requests, args.rounds, args.chunk, names, eagle, capacity_name))
+    gc.unfreeze()
     print()
     return report(verdicts(cells), {"cells": cells}, args.json, args.check)
 
