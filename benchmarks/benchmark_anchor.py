@@ -47,6 +47,7 @@ import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
 sglang_cpu_shim.install()
 
 import torch  # noqa: E402
+from _gc import gc_footprint  # noqa: E402
 from _plot import speedup_bars  # noqa: E402
 from _report import report  # noqa: E402
 from benchmark_radix_cache import multi_turn_100k  # noqa: E402  (the project's workload, one definition)
@@ -145,7 +146,8 @@ IMPLEMENTATIONS: dict[str, Callable[[Any, bool, CountingAllocator], Any]] = {
 
 
 def replay(implementation: str, server_args: Any, stream: list[Request], eagle: bool, capacity: int | None):
-    """Seconds per request, each request's prefix length, and the slots freed by eviction."""
+    """Seconds per request, each request's prefix length, the slots freed by eviction, and the
+    filled cache (alone in a list, so that the caller can drop it)."""
     allocator = CountingAllocator(1 << 40, torch.float16, "cpu", None, False)
     tree = IMPLEMENTATIONS[implementation](server_args, eagle, allocator)
     clock = time.perf_counter
@@ -158,7 +160,7 @@ def replay(implementation: str, server_args: Any, stream: list[Request], eagle: 
             tree.evict_to(capacity)
         seconds.append(clock() - start)
         matched.append(found)
-    return seconds, matched, allocator.freed
+    return seconds, matched, allocator.freed, [tree]
 
 
 def memory_floor(stream: list[Request], matched: list[int], eagle: bool, capacity: int | None) -> list[float]:
@@ -189,7 +191,7 @@ def memory_floor(stream: list[Request], matched: list[int], eagle: bool, capacit
     return seconds
 
 
-def run_one(implementation: str, *args: Any) -> tuple[list[float], list[int], int]:
+def run_one(implementation: str, *args: Any) -> tuple[list[float], list[int], int, list[Any]]:
     if implementation == "radix-core pure":
         with python_reference_only():
             return replay(implementation, *args)
@@ -211,13 +213,17 @@ def measure(workload: str, server_args: Any, stream: list[Request], rounds: int)
             per_round: dict[str, list[float]] = {name: [] for name in names}
             matched_by: dict[str, list[int]] = {}
             freed_by: dict[str, int] = {}
+            footprint: dict[str, dict[str, float]] = {}  # after the last round's replay
             floor: list[float] = []
             for r in range(rounds):
                 for name in names[r % len(names) :] + names[: r % len(names)]:
                     gc.collect()
-                    seconds, matched, freed = run_one(name, server_args, stream, eagle, capacity)
+                    seconds, matched, freed, held = run_one(name, server_args, stream, eagle, capacity)
                     per_round[name].append(sum(seconds) / len(seconds))
                     matched_by[name], freed_by[name] = matched, freed
+                    if r == rounds - 1:
+                        footprint[name] = gc_footprint(held)
+                    held.clear()
                 gc.collect()
                 seconds = memory_floor(stream, matched_by[BASELINE], eagle, capacity)
                 floor.append(sum(seconds) / len(seconds))
@@ -242,6 +248,7 @@ def measure(workload: str, server_args: Any, stream: list[Request], rounds: int)
                     "speedup": statistics.median(ratios),
                     "speedup_min": min(ratios),
                     "speedup_max": max(ratios),
+                    **footprint[name],
                 }
             cells.append(cell)
             print_cell(cell)
@@ -256,7 +263,10 @@ def print_cell(cell: dict) -> None:
     print(f"\n{cell_name(cell)}: hit rate {cell['hit_rate']:.1%}", flush=True)
     for name, v in cell["implementations"].items():
         spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
-        print(f"  {name:<18} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}", flush=True)
+        gc_cost = f"{v['gc_objects']:>9,} gc objects, {v['gc_full_ms']:+.1f} ms a full collection"
+        print(
+            f"  {name:<18} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}  {gc_cost}", flush=True
+        )
     floor = cell["memory_floor"]
     print(
         f"  {'memory floor':<18} {floor['us_per_request']:>8.1f} us/request {floor['speedup_bound']:>6.2f}x", flush=True

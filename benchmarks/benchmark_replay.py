@@ -55,7 +55,8 @@ def main() -> int:
     for request in requests:  # expand every block once, outside any clock
         expander.prompt(request)
     prompt_tokens = sum(r.input_length for r in requests)
-    print(f"{Path(args.trace).name}: {len(requests)} requests, {prompt_tokens:,} prompt tokens, LRU, page 1, plain")
+    name = Path(args.trace).name
+    print(f"{name}: {len(requests)} requests, {prompt_tokens:,} prompt tokens, LRU, page 1, plain, gc on")
     print("| capacity | hit rate | tokens saved | evicted | pure p50 / p99 us | native p50 / p99 us | native vs pure |")
     print("|---|---|---|---|---|---|---|")
     disagreements = []

@@ -73,7 +73,9 @@ import sglang_server_shims  # noqa: E402  (test-only: SGLang imports on CPU, and
 sglang_server_shims.install()
 
 import torch  # noqa: E402
+from _gc import gc_footprint  # noqa: E402
 from _report import report  # noqa: E402
+from benchmark_anchor import memory_floor, trace_stream  # noqa: E402  (one definition of the floor)
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams  # noqa: E402
@@ -254,8 +256,9 @@ def replay(
     chunk: int,
     hicache: bool = False,
 ):
-    """Seconds per request on the scheduler path and inside the cache, and each request's matched
-    prefix: (on the device, loaded back from the host tier)."""
+    """Seconds per request on the scheduler path, inside the cache and inside its TreeCore (HiCache),
+    each request's matched prefix (on the device, loaded back from the host tier), and the filled
+    cache (alone in a list, so that the caller can drop it)."""
     longest = max(len(prompt) + len(output) for prompt, output in requests)
     pool = ReqToTokenPool(1, longest + 1, "cpu", False)
     kv_pool = None
@@ -326,10 +329,13 @@ def replay(
         seconds.append(spent + clock() - start)
         inside.append(cache.cache_seconds() - core.calls * PROBE_SECONDS)  # the inner probes too
         in_core.append(core.cache_seconds())
-    return seconds, inside, in_core, matched
+    del cache, core
+    return seconds, inside, in_core, matched, [built]
 
 
-def run_one(implementation: str, *args: Any) -> tuple[list[float], list[float], list[float], list[tuple[int, int]]]:
+def run_one(
+    implementation: str, *args: Any
+) -> tuple[list[float], list[float], list[float], list[tuple[int, int]], list]:
     if implementation.startswith("radix pure"):
         with python_reference_only():
             return replay(implementation, *args)
@@ -343,7 +349,7 @@ def warm_up(server_args: Any, requests: list[Request], chunk: int, names: list[s
     for name in names:
         gc.collect()
         for eagle in (False, True):
-            run_one(name, server_args, requests, eagle, capacity, chunk, hicache)
+            run_one(name, server_args, requests, eagle, capacity, chunk, hicache)[-1].clear()
 
 
 def measure(
@@ -355,22 +361,35 @@ def measure(
     eagle: bool,
     capacity_name: str,
     write_policy: str | None = None,
+    floor_stream: list | None = None,
 ) -> dict:
-    """One cell: every cache in turn, in rotating order each round; ``write_policy`` turns HiCache on."""
+    """One cell: every cache in turn, in rotating order each round; ``write_policy`` turns HiCache on.
+    With ``floor_stream`` (each request's prompt, its tokens, its KV slots) the memory floor is
+    timed after each round, as bench-anchor times it."""
     hicache = write_policy is not None
     slots = CAPACITIES[capacity_name] or sum(len(prompt) + len(output) for prompt, output in requests) + 1
     per_round: dict[str, list[float]] = {name: [] for name in names}  # in the cache
     core_per_round: dict[str, list[float]] = {name: [] for name in names}  # in its TreeCore (HiCache)
     path_per_round: dict[str, list[float]] = {name: [] for name in names}  # scheduler path
     matched_by: dict[str, list[tuple[int, int]]] = {}
+    footprint: dict[str, dict[str, float]] = {}  # after the last round's replay
+    floor: list[float] = []
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             gc.collect()
-            seconds, inside, in_core, matched = run_one(name, server_args, requests, eagle, slots, chunk, hicache)
+            seconds, inside, in_core, matched, held = run_one(name, server_args, requests, eagle, slots, chunk, hicache)
             per_round[name].append(sum(inside) / len(inside))
             core_per_round[name].append(sum(in_core) / len(in_core))
             path_per_round[name].append(sum(seconds) / len(seconds))
             matched_by[name] = matched
+            if r == rounds - 1:
+                footprint[name] = gc_footprint(held)
+            held.clear()
+        if floor_stream is not None:
+            gc.collect()
+            found = [device + loaded for device, loaded in matched_by[BASELINE]]
+            seconds = memory_floor(floor_stream, found, eagle, CAPACITIES[capacity_name])
+            floor.append(sum(seconds) / len(seconds))
     prompt_tokens = sum(len(prompt) for prompt, _ in requests)
     cell = {
         "eagle": eagle,
@@ -381,6 +400,11 @@ def measure(
         "host_hit_rate": sum(loaded for _, loaded in matched_by[BASELINE]) / prompt_tokens,
         "implementations": {},
     }
+    if floor:
+        cell["memory_floor"] = {
+            "us_per_request": statistics.median(floor) * 1e6,
+            "speedup_bound": statistics.median(b / f for b, f in zip(per_round[BASELINE], floor)),
+        }
     for name, times in per_round.items():
         ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
         events_off = per_round.get(name.removesuffix(WITH_EVENTS)) if name.endswith(WITH_EVENTS) else None
@@ -393,6 +417,7 @@ def measure(
             "speedup_max": max(ratios),
             "path_us_per_request": statistics.median(path_times) * 1e6,
             "path_speedup": statistics.median(path_ratios),
+            **footprint[name],
         }
         if hicache:  # in its TreeCore; and what the cache would cost with a core costing nothing
             core_times = core_per_round[name]
@@ -414,7 +439,7 @@ def cell_name(cell: dict) -> str:
 def print_cell(cell: dict) -> None:
     host = f" ({cell['host_hit_rate']:.1%} loaded back from the host tier)" if cell["hicache"] else ""
     print(f"\n{cell_name(cell)}: hit rate {cell['hit_rate']:.1%}{host}", flush=True)
-    print(f"  {'':<27} {'in the cache':>29}  {'scheduler path':>24}")
+    print(f"  {'':<27} {'in the cache':>29}  {'scheduler path':>24}  {'after the replay: full collection'}")
     for name, v in cell["implementations"].items():
         spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
         inside = f"{v['us_per_request']:>7.1f} us {v['speedup']:>5.2f}x {spread}"
@@ -422,7 +447,11 @@ def print_cell(cell: dict) -> None:
         cost = f"  events on: {v['events_cost']:.2f}x its time without" if "events_cost" in v else ""
         if "core_us_per_request" in v:
             cost = f"  {v['core_us_per_request']:>6.1f} us in its TreeCore ({v['free_core_speedup']:.2f}x if free)"
-        print(f"  {name:<27} {inside:>29}  {path:>24}{cost}", flush=True)
+        gc_cost = f"{v['gc_objects']:>8,} gc objects {v['gc_full_ms']:+.1f} ms"
+        print(f"  {name:<27} {inside:>29}  {path:>24}  {gc_cost}{cost}", flush=True)
+    if "memory_floor" in cell:
+        floor = cell["memory_floor"]
+        print(f"  {'memory floor':<27} {floor['us_per_request']:>7.1f} us {floor['speedup_bound']:>5.2f}x", flush=True)
 
 
 def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
@@ -480,6 +509,8 @@ def main() -> int:
     requests = [(expander.prompt(r), expander.output(i, r)) for i, r in enumerate(trace)]
     tokens = sum(len(p) + len(o) for p, o in requests)
     print(f"{Path(args.trace).name}: first {len(requests)} requests, {tokens:,} tokens, chunk {args.chunk}")
+    # The floor's stream: each request's prompt, its tokens and its KV slots, as bench-anchor makes it.
+    floor_stream = None if args.hicache else trace_stream(args.trace, args.requests)
     # Import-time objects and the requests are frozen, so that a full collection (which any cache
     # may trigger) does not rescan them; the collector is otherwise on.
     gc.collect()
@@ -498,7 +529,10 @@ def main() -> int:
             warm_up(server_args, requests, args.chunk, names, hicache=False)
             for eagle in (False, True):
                 for capacity_name in CAPACITIES:
-                    cells.append(measure(server_args, requests, args.rounds, args.chunk, names, eagle, capacity_name))
+                    cell = measure(
+                        server_args, requests, args.rounds, args.chunk, names, eagle, capacity_name, None, floor_stream
+                    )
+                    cells.append(cell)
     gc.unfreeze()
     print()
     return report(verdicts(cells), {"cells": cells}, args.json, args.check)

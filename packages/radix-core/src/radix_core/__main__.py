@@ -48,7 +48,7 @@ def positive_int(text: str) -> int:
 
 
 def print_table(results: list[ReplayResult]) -> None:
-    print("| policy | capacity | hit rate | tokens saved | evicted | p50 us/request | p99 us/request |")
+    print("| policy | capacity | hit rate | tokens saved | evicted | p50 us/request | p99 us/request (gc on) |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
         capacity = "unbounded" if r.capacity is None else f"{r.capacity:,}"
