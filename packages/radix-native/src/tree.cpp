@@ -1,0 +1,573 @@
+// The radix tree itself, outside the Python heap (issue 19, slice 1: the core, not yet wired in).
+//
+// The same tree as radix_core.RadixCache's Python one, operation by operation: the same splits,
+// the same sizes, and the same eviction order (the heap holds the same entries in the same order,
+// stamped the same way; times come from the caller, never from a C++ clock). Nodes live in an
+// arena, found again by (id, generation); children by one hash map keyed by the parent, the
+// namespace and the first page of units; keys as the raw int64 tokens a node covers (k + 1 for k
+// bigram units); values as int64. Answers are bytearrays of int64 values, which the caller wraps
+// once. Nothing here calls back into Python, and a call makes Python objects only once the tree is
+// whole again (an allocation may run a collection, and a collection finalizers).
+
+#include <pybind11/pybind11.h>
+
+#include <Python.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+// Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
+constexpr int kTreeAbi = 1;
+constexpr uint32_t kNone = UINT32_MAX;
+constexpr uint32_t kRoot = 0;
+
+enum class Policy { kLru, kLfu, kFifo, kMru, kFilo, kPriority };
+
+Policy policy_named(const std::string& name) {
+    if (name == "lru") return Policy::kLru;
+    if (name == "lfu") return Policy::kLfu;
+    if (name == "fifo") return Policy::kFifo;
+    if (name == "mru") return Policy::kMru;
+    if (name == "filo") return Policy::kFilo;
+    if (name == "priority") return Policy::kPriority;
+    throw py::value_error("unknown eviction policy '" + name + "'; use one of: lru, lfu, fifo, mru, filo, priority");
+}
+
+struct Node {
+    uint32_t parent = kNone;
+    uint32_t first_child = kNone;
+    uint32_t next_sibling = kNone;
+    uint32_t prev_sibling = kNone;
+    uint32_t child_count = 0;
+    uint32_t generation = 0;
+    bool alive = false;
+    int64_t ns = 0;                // the namespace (extra_key) number the caller gave
+    std::vector<int64_t> tokens;   // raw tokens: units + 1 in bigram mode (none for the root)
+    std::vector<int64_t> values;   // one per unit
+    int64_t lock_ref = 0;
+    int64_t hit_count = 0;
+    int64_t priority = 0;
+    double last_access = 0.0;
+    double creation = 0.0;
+    int64_t heap_stamp = -1;
+};
+
+// Python's heap entry (policy key, stamp, node): the key as (major, minor) covers every policy.
+struct HeapEntry {
+    int64_t major;
+    double minor;
+    int64_t stamp;
+    uint32_t id;
+    uint32_t generation;
+};
+
+bool evicted_later(const HeapEntry& a, const HeapEntry& b) {  // std heaps keep the largest on top
+    return std::tie(a.major, a.minor, a.stamp) > std::tie(b.major, b.minor, b.stamp);
+}
+
+// A 1-D C-contiguous int64 buffer, checked; `info` must outlive the view (it holds the buffer).
+struct Int64View {
+    const int64_t* data;
+    size_t size;
+};
+
+Int64View int64_view(const py::buffer_info& info, const char* what) {
+    if (info.ndim != 1 || info.itemsize != 8 || (info.shape[0] > 1 && info.strides[0] != 8) ||
+        (info.format != "q" && info.format != "l" && info.format != "<q" && info.format != "=q")) {
+        throw py::type_error(std::string(what) + " must be a 1-D contiguous int64 buffer (array('q'))");
+    }
+    return {static_cast<const int64_t*>(info.ptr), static_cast<size_t>(info.shape[0])};
+}
+
+py::object int64_bytes(const std::vector<int64_t>& values) {
+    PyObject* out = PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(values.data()),
+                                                  static_cast<Py_ssize_t>(values.size() * sizeof(int64_t)));
+    if (out == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(out);
+}
+
+class Tree {
+  public:
+    Tree(int64_t page_size, bool bigram, const std::string& policy)
+        : page_(page_size),
+          bigram_(bigram ? 1 : 0),
+          width_(static_cast<size_t>(page_size) + bigram_),
+          policy_(policy_named(policy)) {
+        if (page_size < 1) throw py::value_error("page_size must be a positive int");
+        reset();
+    }
+
+    void reset() {
+        nodes_.assign(1, Node{});
+        free_.clear();
+        children_.clear();
+        heap_.clear();
+        Node& root = nodes_[kRoot];
+        root.alive = true;
+        root.lock_ref = 1;
+        root.priority = INT64_MIN + 1;  // -sys.maxsize
+        evictable_ = protected_ = 0;
+        node_count_ = 0;
+        next_stamp_ = 0;
+    }
+
+    // (prefix units, last node id, its generation, the matched values as int64 bytes)
+    py::tuple match(const py::buffer& tokens, int64_t ns, double now) {
+        py::buffer_info held = tokens.request();
+        Int64View key = int64_view(held, "tokens");
+        size_t units = aligned_units(key.size);
+        nodes_[kRoot].last_access = now;
+        descend(kRoot, key, ns, 0, units);
+        if (path_.empty()) return py::make_tuple(0, kRoot, nodes_[kRoot].generation, int64_bytes({}));
+        enter(0, now);
+        uint32_t last = path_.back();
+        reprioritize(last);
+        std::vector<int64_t>& out = scratch_;
+        out.clear();
+        for (uint32_t id : path_) out.insert(out.end(), nodes_[id].values.begin(), nodes_[id].values.end());
+        return py::make_tuple(ends_.back(), last, nodes_[last].generation, int64_bytes(out));
+    }
+
+    // (units already cached, last node id, its generation); values[i] is unit i's value.
+    py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
+                     int64_t inserted_len, double now) {
+        py::buffer_info held_key = tokens.request();
+        py::buffer_info held_values = values.request();
+        Int64View key = int64_view(held_key, "tokens");
+        Int64View value = int64_view(held_values, "values");
+        size_t units = aligned_units(key.size);
+        if (value.size < units) throw py::value_error("values must hold one item per unit of the key");
+        Node& root = nodes_[kRoot];
+        root.last_access = now;
+        root.priority = std::max(root.priority, priority);
+        uint32_t node = kRoot;
+        size_t position = 0;
+        descend(kRoot, key, ns, 0, units);
+        if (!path_.empty()) {
+            enter(0, now);
+            for (size_t i = 0; i < path_.size(); ++i) {
+                Node& child = nodes_[path_[i]];
+                if (priority > child.priority) child.priority = priority;
+                if (static_cast<int64_t>(ends_[i]) > inserted_len) child.hit_count += 1;
+            }
+            reprioritize(path_.back());
+            node = path_.back();
+            position = ends_.back();
+        }
+        if (position < units) {
+            uint32_t piece = make_node(node, ns, now, priority);
+            Node& made = nodes_[piece];
+            made.tokens.assign(key.data + position, key.data + units + bigram_);
+            made.values.assign(value.data + position, value.data + units);
+            made.hit_count = static_cast<int64_t>(units) > inserted_len ? 1 : 0;
+            link(node, piece);
+            node_count_ += 1;
+            evictable_ += static_cast<int64_t>(units - position);
+            reprioritize(piece);
+            node = piece;
+        }
+        return py::make_tuple(position, node, nodes_[node].generation);
+    }
+
+    // (units evicted, their values as int64 bytes, [(node id, units)] in eviction order)
+    py::tuple evict(int64_t num_units) {
+        if (num_units < 0) throw py::value_error("num_tokens must be >= 0");
+        int64_t evicted = 0;
+        std::vector<int64_t>& freed = scratch_;
+        freed.clear();
+        taken_.clear();
+        while (evicted < num_units) {
+            uint32_t id = pop_evictable_leaf();
+            if (id == kNone) break;
+            Node& node = nodes_[id];
+            int64_t units = static_cast<int64_t>(node.values.size());
+            freed.insert(freed.end(), node.values.begin(), node.values.end());
+            taken_.emplace_back(id, units);
+            uint32_t parent = node.parent;
+            unlink(id);
+            evictable_ -= units;
+            node_count_ -= 1;
+            release(id);
+            reprioritize(parent);
+            evicted += units;
+        }
+        // Python objects only once the tree is whole again (an allocation may run a collection).
+        py::object values = int64_bytes(freed);
+        py::list taken(taken_.size());
+        for (size_t i = 0; i < taken_.size(); ++i) {
+            taken[i] = py::make_tuple(taken_[i].first, taken_[i].second);
+        }
+        return py::make_tuple(evicted, values, taken);
+    }
+
+    int64_t inc_lock_ref(uint32_t id, uint32_t generation) {
+        path_to_root(id, generation);
+        int64_t delta = 0;
+        for (uint32_t ancestor : up_) {
+            Node& node = nodes_[ancestor];
+            if (node.lock_ref == 0) {
+                int64_t units = static_cast<int64_t>(node.values.size());
+                evictable_ -= units;
+                protected_ += units;
+                delta -= units;
+            }
+            node.lock_ref += 1;
+        }
+        return delta;
+    }
+
+    int64_t dec_lock_ref(uint32_t id, uint32_t generation) {
+        path_to_root(id, generation);
+        for (uint32_t ancestor : up_) {
+            if (nodes_[ancestor].lock_ref <= 0) {
+                throw py::value_error("node " + std::to_string(ancestor) +
+                                      " is not locked: dec_lock_ref without a matching inc_lock_ref");
+            }
+        }
+        int64_t delta = 0;
+        for (uint32_t ancestor : up_) {
+            Node& node = nodes_[ancestor];
+            node.lock_ref -= 1;
+            if (node.lock_ref == 0) {
+                int64_t units = static_cast<int64_t>(node.values.size());
+                evictable_ += units;
+                protected_ -= units;
+                delta += units;
+                reprioritize(ancestor);
+            }
+        }
+        return delta;
+    }
+
+    py::object path_values(uint32_t id, uint32_t generation) {
+        path_to_root(id, generation);
+        std::vector<int64_t>& out = scratch_;
+        out.clear();
+        for (auto it = up_.rbegin(); it != up_.rend(); ++it) {
+            out.insert(out.end(), nodes_[*it].values.begin(), nodes_[*it].values.end());
+        }
+        return int64_bytes(out);
+    }
+
+    bool is_alive(uint32_t id, uint32_t generation) const {
+        return id < nodes_.size() && nodes_[id].alive && nodes_[id].generation == generation;
+    }
+
+    // A node's state as the Python tree's TreeNode holds it, for handles and tests.
+    py::dict node_state(uint32_t id, uint32_t generation) const {
+        check_alive(id, generation);
+        const Node& node = nodes_[id];
+        py::dict state;
+        state["parent"] = node.parent == kNone ? py::object(py::none()) : py::object(py::int_(node.parent));
+        state["namespace"] = node.ns;
+        state["tokens"] = int64_bytes(node.tokens);
+        state["values"] = int64_bytes(node.values);
+        state["lock_ref"] = node.lock_ref;
+        state["hit_count"] = node.hit_count;
+        state["priority"] = node.priority;
+        state["last_access_time"] = node.last_access;
+        state["creation_time"] = node.creation;
+        py::list children;
+        for (uint32_t child = node.first_child; child != kNone; child = nodes_[child].next_sibling) {
+            children.append(py::make_tuple(child, nodes_[child].generation));
+        }
+        state["children"] = children;
+        return state;
+    }
+
+    int64_t evictable_size() const { return evictable_; }
+    int64_t protected_size() const { return protected_; }
+    int64_t node_count() const { return node_count_; }
+    uint32_t root_generation() const { return nodes_[kRoot].generation; }
+
+  private:
+    size_t aligned_units(size_t raw) const {
+        size_t units = bigram_ ? (raw > 1 ? raw - 1 : 0) : raw;
+        return units - units % static_cast<size_t>(page_);
+    }
+
+    // The hash of a child key: parent, namespace and the first page of units (raw tokens).
+    uint64_t child_hash(uint32_t parent, int64_t ns, const int64_t* first) const {
+        uint64_t h = 0x9e3779b97f4a7c15ULL ^ (static_cast<uint64_t>(parent) << 1);
+        auto mix = [&h](uint64_t v) {
+            h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+            h *= 0xbf58476d1ce4e5b9ULL;
+            h ^= h >> 31;
+        };
+        mix(static_cast<uint64_t>(ns));
+        for (size_t i = 0; i < width_; ++i) mix(static_cast<uint64_t>(first[i]));
+        return h;
+    }
+
+    uint32_t find_child(uint32_t parent, int64_t ns, const int64_t* first) const {
+        auto range = children_.equal_range(child_hash(parent, ns, first));
+        size_t width = width_ * sizeof(int64_t);
+        for (auto it = range.first; it != range.second; ++it) {
+            const Node& child = nodes_[it->second];
+            if (child.parent == parent && child.ns == ns && std::memcmp(child.tokens.data(), first, width) == 0) {
+                return it->second;
+            }
+        }
+        return kNone;
+    }
+
+    void add_child_entry(uint32_t parent, uint32_t child) {
+        const Node& node = nodes_[child];
+        children_.emplace(child_hash(parent, node.ns, node.tokens.data()), child);
+    }
+
+    void remove_child_entry(uint32_t parent, uint32_t child) {
+        const Node& node = nodes_[child];
+        auto range = children_.equal_range(child_hash(parent, node.ns, node.tokens.data()));
+        for (auto it = range.first; it != range.second; ++it) {
+            if (it->second == child) {
+                children_.erase(it);
+                return;
+            }
+        }
+    }
+
+    // python_descend: the children a walk of key units [position, units) enters below `node`.
+    void descend(uint32_t node, const Int64View& key, int64_t ns, size_t position, size_t units) {
+        path_.clear();
+        ends_.clear();
+        size_t key_raw_stop = units + (units ? bigram_ : 0);
+        while (position < units) {
+            uint32_t child = find_child(node, ns, key.data + position);
+            if (child == kNone) break;
+            const Node& found = nodes_[child];
+            size_t raw = found.tokens.size();
+            size_t other_raw = key_raw_stop - position;
+            size_t length = raw < other_raw ? raw : other_raw;
+            size_t matched = 0;
+            while (matched < length && found.tokens[matched] == key.data[position + matched]) ++matched;
+            if (bigram_) matched = matched > 1 ? matched - 1 : 0;
+            matched -= matched % static_cast<size_t>(page_);
+            position += matched;
+            path_.push_back(child);
+            ends_.push_back(position);
+            if (matched < found.values.size()) break;
+            node = child;
+        }
+    }
+
+    // RadixCache._enter: mark the path used; split the last node where the key leaves it inside.
+    void enter(size_t position, double now) {
+        for (uint32_t id : path_) nodes_[id].last_access = now;
+        uint32_t last = path_.back();
+        size_t start = ends_.size() > 1 ? ends_[ends_.size() - 2] : position;
+        size_t shared = ends_.back() - start;
+        if (shared < nodes_[last].values.size()) {
+            reprioritize(last);
+            path_.back() = split(last, shared, now);
+        }
+    }
+
+    // RadixCache._split: cut `child` after `at` units; returns the new upper node.
+    uint32_t split(uint32_t child_id, size_t at, double now) {
+        uint32_t parent = nodes_[child_id].parent;
+        uint32_t upper = make_node(parent, nodes_[child_id].ns, now, nodes_[child_id].priority);
+        Node& child = nodes_[child_id];  // after make_node: the arena may have moved
+        Node& made = nodes_[upper];
+        made.tokens.assign(child.tokens.begin(), child.tokens.begin() + static_cast<std::ptrdiff_t>(at + bigram_));
+        made.values.assign(child.values.begin(), child.values.begin() + static_cast<std::ptrdiff_t>(at));
+        made.hit_count = child.hit_count;
+        made.lock_ref = child.lock_ref;
+        // The upper node takes the child's place (same first page), then the child goes below it.
+        remove_child_entry(parent, child_id);
+        replace_sibling(child_id, upper);
+        add_child_entry(parent, upper);
+        child.tokens.erase(child.tokens.begin(), child.tokens.begin() + static_cast<std::ptrdiff_t>(at));
+        child.values.erase(child.values.begin(), child.values.begin() + static_cast<std::ptrdiff_t>(at));
+        child.parent = kNone;
+        child.next_sibling = child.prev_sibling = kNone;
+        link(upper, child_id);
+        node_count_ += 1;
+        return upper;
+    }
+
+    uint32_t make_node(uint32_t parent, int64_t ns, double now, int64_t priority) {
+        uint32_t id;
+        if (!free_.empty()) {
+            id = free_.back();
+            free_.pop_back();
+        } else {
+            id = static_cast<uint32_t>(nodes_.size());
+            nodes_.emplace_back();
+        }
+        Node& node = nodes_[id];
+        uint32_t generation = node.generation;
+        node = Node{};
+        node.generation = generation;
+        node.alive = true;
+        node.parent = parent;  // linked by the caller
+        node.ns = ns;
+        node.priority = priority;
+        node.last_access = now;
+        node.creation = now;
+        return id;
+    }
+
+    void release(uint32_t id) {
+        Node& node = nodes_[id];
+        node.alive = false;
+        node.generation += 1;
+        std::vector<int64_t>().swap(node.tokens);
+        std::vector<int64_t>().swap(node.values);
+        free_.push_back(id);
+    }
+
+    void link(uint32_t parent, uint32_t child) {
+        Node& node = nodes_[child];
+        Node& up = nodes_[parent];
+        node.parent = parent;
+        node.prev_sibling = kNone;
+        node.next_sibling = up.first_child;
+        if (up.first_child != kNone) nodes_[up.first_child].prev_sibling = child;
+        up.first_child = child;
+        up.child_count += 1;
+        add_child_entry(parent, child);
+    }
+
+    void unlink(uint32_t child) {
+        Node& node = nodes_[child];
+        uint32_t parent = node.parent;
+        remove_child_entry(parent, child);
+        if (node.prev_sibling != kNone) {
+            nodes_[node.prev_sibling].next_sibling = node.next_sibling;
+        } else {
+            nodes_[parent].first_child = node.next_sibling;
+        }
+        if (node.next_sibling != kNone) nodes_[node.next_sibling].prev_sibling = node.prev_sibling;
+        nodes_[parent].child_count -= 1;
+        node.parent = node.next_sibling = node.prev_sibling = kNone;
+    }
+
+    // `upper` takes `old`'s place among its siblings (a split).
+    void replace_sibling(uint32_t old, uint32_t upper) {
+        Node& was = nodes_[old];
+        Node& now = nodes_[upper];
+        now.prev_sibling = was.prev_sibling;
+        now.next_sibling = was.next_sibling;
+        if (was.prev_sibling != kNone) {
+            nodes_[was.prev_sibling].next_sibling = upper;
+        } else {
+            nodes_[was.parent].first_child = upper;
+        }
+        if (was.next_sibling != kNone) nodes_[was.next_sibling].prev_sibling = upper;
+        now.first_child = kNone;
+        now.child_count = 0;
+    }
+
+    bool is_evictable_leaf(uint32_t id) const {
+        const Node& node = nodes_[id];
+        return node.alive && node.lock_ref == 0 && node.child_count == 0 && node.parent != kNone;
+    }
+
+    void reprioritize(uint32_t id) {
+        if (!is_evictable_leaf(id)) return;
+        Node& node = nodes_[id];
+        node.heap_stamp = next_stamp_++;
+        HeapEntry entry{0, 0.0, node.heap_stamp, id, node.generation};
+        switch (policy_) {
+            case Policy::kLru: entry.minor = node.last_access; break;
+            case Policy::kLfu: entry.major = node.hit_count; entry.minor = node.last_access; break;
+            case Policy::kFifo: entry.minor = node.creation; break;
+            case Policy::kMru: entry.minor = -node.last_access; break;
+            case Policy::kFilo: entry.minor = -node.creation; break;
+            case Policy::kPriority: entry.major = node.priority; entry.minor = node.last_access; break;
+        }
+        heap_.push_back(entry);
+        std::push_heap(heap_.begin(), heap_.end(), evicted_later);
+        if (heap_.size() > 4 * static_cast<size_t>(node_count_) + 64) {
+            auto stale = [this](const HeapEntry& e) { return !is_current(e); };
+            heap_.erase(std::remove_if(heap_.begin(), heap_.end(), stale), heap_.end());
+            std::make_heap(heap_.begin(), heap_.end(), evicted_later);
+        }
+    }
+
+    bool is_current(const HeapEntry& entry) const {
+        const Node& node = nodes_[entry.id];
+        return node.alive && node.generation == entry.generation && node.heap_stamp == entry.stamp;
+    }
+
+    uint32_t pop_evictable_leaf() {
+        while (!heap_.empty()) {
+            std::pop_heap(heap_.begin(), heap_.end(), evicted_later);
+            HeapEntry entry = heap_.back();
+            heap_.pop_back();
+            if (is_current(entry) && is_evictable_leaf(entry.id)) return entry.id;
+        }
+        return kNone;
+    }
+
+    void check_alive(uint32_t id, uint32_t generation) const {
+        if (!is_alive(id, generation)) {
+            throw py::value_error("node " + std::to_string(id) + " is not (or no longer) in this cache");
+        }
+    }
+
+    // The nodes from `id` up to (not including) the root, into up_.
+    void path_to_root(uint32_t id, uint32_t generation) {
+        check_alive(id, generation);
+        up_.clear();
+        while (id != kRoot) {
+            up_.push_back(id);
+            id = nodes_[id].parent;
+        }
+    }
+
+    int64_t page_;
+    size_t bigram_;
+    size_t width_;  // raw tokens of a child key: a page of units
+    Policy policy_;
+    std::vector<Node> nodes_;
+    std::vector<uint32_t> free_;
+    std::unordered_multimap<uint64_t, uint32_t> children_;
+    std::vector<HeapEntry> heap_;
+    int64_t evictable_ = 0;
+    int64_t protected_ = 0;
+    int64_t node_count_ = 0;
+    int64_t next_stamp_ = 0;
+    // Reused between calls: a call's scratch never allocates once the tree has grown.
+    std::vector<uint32_t> path_;
+    std::vector<size_t> ends_;
+    std::vector<uint32_t> up_;
+    std::vector<int64_t> scratch_;
+    std::vector<std::pair<uint32_t, int64_t>> taken_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_tree, m) {
+    m.doc() = "radix-native's radix tree (issue 19, slice 1): use it through radix_core.";
+    m.attr("TREE_ABI") = kTreeAbi;
+    py::class_<Tree>(m, "Tree")
+        .def(py::init<int64_t, bool, const std::string&>(), py::arg("page_size"), py::arg("bigram"),
+             py::arg("policy"))
+        .def("reset", &Tree::reset)
+        .def("match", &Tree::match, py::arg("tokens"), py::arg("namespace"), py::arg("now"))
+        .def("insert", &Tree::insert, py::arg("tokens"), py::arg("namespace"), py::arg("values"),
+             py::arg("priority"), py::arg("inserted_len"), py::arg("now"))
+        .def("evict", &Tree::evict, py::arg("num_units"))
+        .def("inc_lock_ref", &Tree::inc_lock_ref, py::arg("node"), py::arg("generation"))
+        .def("dec_lock_ref", &Tree::dec_lock_ref, py::arg("node"), py::arg("generation"))
+        .def("path_values", &Tree::path_values, py::arg("node"), py::arg("generation"))
+        .def("is_alive", &Tree::is_alive, py::arg("node"), py::arg("generation"))
+        .def("node_state", &Tree::node_state, py::arg("node"), py::arg("generation"))
+        .def("evictable_size", &Tree::evictable_size)
+        .def("protected_size", &Tree::protected_size)
+        .def("node_count", &Tree::node_count)
+        .def("root_generation", &Tree::root_generation);
+}

@@ -1,0 +1,200 @@
+"""radix-native's tree (issue 19, slice 1) against radix-core's Python tree, step by step.
+
+The same random operations go to ``radix_core.RadixCache`` (the reference, int64 values) and to
+``radix_native._tree.Tree``; after every step both hold the same nodes (tokens, values, locks,
+hit counts, priorities, access and creation times, children), the same sizes, and every answer
+agrees: prefix lengths, matched values, lock deltas, what eviction took and in which order. The
+Python tree reads its clock once per node it makes; here that clock stands still during a step
+and moves between steps, and the native tree is given the same time.
+"""
+
+from __future__ import annotations
+
+import types
+from array import array
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import radix_core
+import radix_core.cache
+from radix_core.cache import EVICTION_POLICIES
+from radix_native import _tree  # a missing module fails the native session
+
+NAMESPACES = [None, "lora-a"]
+tokens = st.lists(st.integers(0, 3), max_size=14)
+
+
+class StandingClock:
+    """time.monotonic as radix_core.cache reads it: still within a step, one tick between steps."""
+
+    def __init__(self) -> None:
+        self.now = 1.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def native_bytes(raw: bytes | bytearray) -> list[int]:
+    values = array("q")
+    values.frombytes(raw)
+    return values.tolist()
+
+
+class TreeAgainstPython(RuleBasedStateMachine):
+    @initialize(page=st.sampled_from([1, 2]), eagle=st.booleans(), policy=st.sampled_from(sorted(EVICTION_POLICIES)))
+    def build(self, page: int, eagle: bool, policy: str) -> None:
+        self.clock = StandingClock()
+        self.saved_time = radix_core.cache.time
+        radix_core.cache.time = types.SimpleNamespace(monotonic=self.clock.monotonic)  # type: ignore[assignment]
+        self.freed: list[int] = []
+        self.python = radix_core.RadixCache(page, eagle, policy, on_evict=lambda value: self.freed.extend(value))
+        self.native = _tree.Tree(page, eagle, policy)
+        self.namespace_numbers = {name: number for number, name in enumerate(NAMESPACES)}
+        self.next_value = 1000
+        self.nodes: list[tuple[object, int, int]] = []  # (Python node, native id, generation)
+        self.locks: list[tuple[object, int, int]] = []
+
+    def teardown(self) -> None:
+        if hasattr(self, "saved_time"):
+            radix_core.cache.time = self.saved_time
+
+    def step(self) -> None:
+        self.clock.now += 1.0
+
+    @rule(raw=tokens, namespace=st.sampled_from(NAMESPACES))
+    def match(self, raw: list[int], namespace: object) -> None:
+        self.step()
+        ours = self.python.match_prefix(radix_core.RadixKey(raw, namespace))
+        length, node, generation, values = self.native.match(
+            array("q", raw), self.namespace_numbers[namespace], self.clock.now
+        )
+        assert length == ours.prefix_len
+        assert native_bytes(values) == list(ours.indices)
+        self.nodes.append((ours.last_node, node, generation))
+
+    @rule(
+        raw=tokens,
+        namespace=st.sampled_from(NAMESPACES),
+        priority=st.integers(-2, 2),
+        inserted=st.integers(0, 14),
+    )
+    def insert(self, raw: list[int], namespace: object, priority: int, inserted: int) -> None:
+        self.step()
+        values = array("q", range(self.next_value, self.next_value + len(raw)))
+        self.next_value += len(raw)
+        key = radix_core.RadixKey(raw, namespace)
+        ours = self.python.insert(key, values, priority, inserted_len=inserted)
+        length, node, generation = self.native.insert(
+            array("q", raw), self.namespace_numbers[namespace], values, priority, inserted, self.clock.now
+        )
+        assert length == ours.prefix_len
+        self.nodes.append((ours.last_node, node, generation))
+
+    @precondition(lambda self: self.nodes)
+    @rule(pick=st.integers(0, 1 << 16))
+    def lock(self, pick: int) -> None:
+        python_node, node, generation = self.nodes[pick % len(self.nodes)]
+        outcome = self.both(
+            lambda: self.python.inc_lock_ref(python_node), lambda: self.native.inc_lock_ref(node, generation)
+        )
+        if outcome is not None:
+            self.locks.append((python_node, node, generation))
+
+    @precondition(lambda self: self.locks)
+    @rule(pick=st.integers(0, 1 << 16))
+    def unlock(self, pick: int) -> None:
+        python_node, node, generation = self.locks.pop(pick % len(self.locks))
+        self.both(lambda: self.python.dec_lock_ref(python_node), lambda: self.native.dec_lock_ref(node, generation))
+
+    @rule(units=st.integers(0, 12))
+    def evict(self, units: int) -> None:
+        self.freed.clear()
+        evicted = self.python.evict(units)
+        native_evicted, values, taken = self.native.evict(units)
+        assert native_evicted == evicted
+        assert native_bytes(values) == self.freed
+        assert sum(count for _, count in taken) == evicted
+
+    @precondition(lambda self: self.nodes)
+    @rule(pick=st.integers(0, 1 << 16))
+    def path_values(self, pick: int) -> None:
+        python_node, node, generation = self.nodes[pick % len(self.nodes)]
+        self.both(
+            lambda: list(self.python.path_indices(python_node)),
+            lambda: native_bytes(self.native.path_values(node, generation)),
+        )
+
+    def both(self, python_call, native_call):
+        """Both calls give the same answer, or both refuse (ValueError); returns the answer."""
+        try:
+            expected = python_call()
+        except ValueError:
+            with pytest.raises(ValueError):
+                native_call()
+            return None
+        assert native_call() == expected
+        return expected
+
+    @invariant()
+    def same_trees(self) -> None:
+        if not hasattr(self, "native"):
+            return
+        assert self.native.evictable_size() == self.python.evictable_size()
+        assert self.native.protected_size() == self.python.protected_size()
+        assert self.native.node_count() == self.python.node_count()
+        assert self.shape(self.python.root_node, 0, self.native.root_generation()) is not None
+
+    def shape(self, python_node, node: int, generation: int) -> bool:
+        state = self.native.node_state(node, generation)
+        for field in ("lock_ref", "hit_count", "priority"):
+            assert state[field] == getattr(python_node, field), field
+        if python_node is not self.python.root_node:  # the root's times never decide anything
+            assert native_bytes(state["tokens"]) == list(python_node.key.token_ids)
+            assert native_bytes(state["values"]) == list(python_node.value)
+            assert self.namespace_numbers[python_node.key.extra_key] == state["namespace"]
+            assert state["last_access_time"] == python_node.last_access_time
+            assert state["creation_time"] == python_node.creation_time
+        children = {}
+        for child in state["children"]:
+            child_state = self.native.node_state(*child)
+            children[child_state["namespace"], tuple(native_bytes(child_state["tokens"]))] = child
+        assert len(children) == len(python_node.children)
+        for python_child in python_node.children.values():
+            key = python_child.key
+            self.shape(python_child, *children[self.namespace_numbers[key.extra_key], tuple(key.token_ids)])
+        return True
+
+
+TestTreeAgainstPython = TreeAgainstPython.TestCase
+TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=50)
+
+
+def test_abi_is_what_this_release_expects():
+    assert _tree.TREE_ABI == 1
+
+
+@pytest.mark.parametrize("bad", [array("i", [1, 2]), array("d", [1.0]), b"abcdefgh", [1, 2]])
+def test_tokens_must_be_an_int64_buffer(bad):
+    with pytest.raises(TypeError):
+        _tree.Tree(1, False, "lru").match(bad, 0, 0.0)
+
+
+def test_unknown_policy_and_page_size_are_refused():
+    with pytest.raises(ValueError, match="eviction policy"):
+        _tree.Tree(1, False, "random")
+    with pytest.raises(ValueError, match="page_size"):
+        _tree.Tree(0, False, "lru")
+
+
+def test_a_node_that_is_gone_is_told_apart_from_its_slots_next_tenant():
+    tree = _tree.Tree(1, False, "lru")
+    _, node, generation = tree.insert(array("q", [1, 2]), 0, array("q", [7, 8]), 0, 0, 1.0)
+    assert tree.evict(2)[0] == 2
+    _, again, again_generation = tree.insert(array("q", [3]), 0, array("q", [9]), 0, 0, 2.0)
+    assert again == node and again_generation != generation
+    with pytest.raises(ValueError, match=r"not \(or no longer\) in this cache"):
+        tree.inc_lock_ref(node, generation)
+    assert tree.inc_lock_ref(again, again_generation) == -1
