@@ -133,10 +133,8 @@ class Tree {
         enter(0, now);
         uint32_t last = path_.back();
         reprioritize(last);
-        std::vector<int64_t>& out = scratch_;
-        out.clear();
-        for (uint32_t id : path_) out.insert(out.end(), nodes_[id].values.begin(), nodes_[id].values.end());
-        return py::make_tuple(ends_.back(), last, nodes_[last].generation, int64_bytes(out));
+        py::object values = joined_values(path_.begin(), path_.end());
+        return py::make_tuple(ends_.back(), last, nodes_[last].generation, values);
     }
 
     // (units already cached, last node id, its generation); values[i] is unit i's value.
@@ -252,12 +250,7 @@ class Tree {
 
     py::object path_values(uint32_t id, uint32_t generation) {
         path_to_root(id, generation);
-        std::vector<int64_t>& out = scratch_;
-        out.clear();
-        for (auto it = up_.rbegin(); it != up_.rend(); ++it) {
-            out.insert(out.end(), nodes_[*it].values.begin(), nodes_[*it].values.end());
-        }
-        return int64_bytes(out);
+        return joined_values(up_.rbegin(), up_.rend());
     }
 
     bool is_alive(uint32_t id, uint32_t generation) const {
@@ -292,6 +285,33 @@ class Tree {
     uint32_t root_generation() const { return nodes_[kRoot].generation; }
 
   private:
+    // The values of the nodes in [first, last), joined into one new bytearray (one copy).
+    template <typename It>
+    py::object joined_values(It first, It last) const {
+        size_t total = 0;
+        for (It it = first; it != last; ++it) total += nodes_[*it].values.size();
+        PyObject* out = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total * sizeof(int64_t)));
+        if (out == nullptr) throw py::error_already_set();
+        char* at = PyByteArray_AS_STRING(out);
+        for (It it = first; it != last; ++it) {
+            const std::vector<int64_t>& values = nodes_[*it].values;
+            if (!values.empty()) std::memcpy(at, values.data(), values.size() * sizeof(int64_t));
+            at += values.size() * sizeof(int64_t);
+        }
+        return py::reinterpret_steal<py::object>(out);
+    }
+
+    // Items of a and b that agree before the first difference, among `length` (block memcmp).
+    static size_t shared_prefix(const int64_t* a, const int64_t* b, size_t length) {
+        constexpr size_t kBlock = 64;
+        size_t done = 0;
+        while (length - done >= kBlock && std::memcmp(a + done, b + done, kBlock * sizeof(int64_t)) == 0) {
+            done += kBlock;
+        }
+        while (done < length && a[done] == b[done]) ++done;
+        return done;
+    }
+
     size_t aligned_units(size_t raw) const {
         size_t units = bigram_ ? (raw > 1 ? raw - 1 : 0) : raw;
         return units - units % static_cast<size_t>(page_);
@@ -350,8 +370,7 @@ class Tree {
             size_t raw = found.tokens.size();
             size_t other_raw = key_raw_stop - position;
             size_t length = raw < other_raw ? raw : other_raw;
-            size_t matched = 0;
-            while (matched < length && found.tokens[matched] == key.data[position + matched]) ++matched;
+            size_t matched = shared_prefix(found.tokens.data(), key.data + position, length);
             if (bigram_) matched = matched > 1 ? matched - 1 : 0;
             matched -= matched % static_cast<size_t>(page_);
             position += matched;
