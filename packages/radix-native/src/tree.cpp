@@ -137,43 +137,65 @@ class Tree {
         return py::make_tuple(ends_.back(), last, nodes_[last].generation, values);
     }
 
-    // (units already cached, last node id, its generation); values[i] is unit i's value.
+    // (units already cached, last node id, its generation): RadixCache.insert. values[i] is the
+    // value of unit value_offset + i; known_path (a node id and generation, or kNone) is a node
+    // whose path spells the key's first units; split_at (or -1) a unit where the new part is cut.
     py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
-                     int64_t inserted_len, double now) {
+                     int64_t inserted_len, double now, int64_t value_offset, uint32_t known_path,
+                     uint32_t known_generation, int64_t split_at) {
         py::buffer_info held_key = tokens.request();
         py::buffer_info held_values = values.request();
         Int64View key = int64_view(held_key, "tokens");
         Int64View value = int64_view(held_values, "values");
         size_t units = aligned_units(key.size);
-        if (value.size < units) throw py::value_error("values must hold one item per unit of the key");
+        if (value_offset < 0) throw py::value_error("value_offset must be >= 0");
+        if (split_at >= 0 && split_at % page_ != 0) {
+            throw py::value_error("split_at " + std::to_string(split_at) + " is not a multiple of the page size " +
+                                  std::to_string(page_));
+        }
+        size_t offset = static_cast<size_t>(value_offset);
+        if (units > offset && value.size < units - offset) {
+            throw py::value_error("values must hold one item per unit of the key from value_offset on");
+        }
         Node& root = nodes_[kRoot];
         root.last_access = now;
         root.priority = std::max(root.priority, priority);
         uint32_t node = kRoot;
         size_t position = 0;
-        descend(kRoot, key, ns, 0, units);
-        if (!path_.empty()) {
-            enter(0, now);
-            for (size_t i = 0; i < path_.size(); ++i) {
-                Node& child = nodes_[path_[i]];
-                if (priority > child.priority) child.priority = priority;
-                if (static_cast<int64_t>(ends_[i]) > inserted_len) child.hit_count += 1;
+        if (known_path != kNone) follow(known_path, known_generation, units, now, priority, inserted_len, node, position);
+        if (position < units) {
+            descend(node, key, ns, position, units);
+            if (!path_.empty()) {
+                enter(position, now);
+                pass_through(path_, ends_, priority, inserted_len);
+                node = path_.back();
+                position = ends_.back();
             }
-            reprioritize(path_.back());
-            node = path_.back();
-            position = ends_.back();
         }
         if (position < units) {
-            uint32_t piece = make_node(node, ns, now, priority);
-            Node& made = nodes_[piece];
-            made.tokens.assign(key.data + position, key.data + units + bigram_);
-            made.values.assign(value.data + position, value.data + units);
-            made.hit_count = static_cast<int64_t>(units) > inserted_len ? 1 : 0;
-            link(node, piece);
-            node_count_ += 1;
+            if (position < offset) {
+                throw py::value_error("only " + std::to_string(position) + " units are cached, but the value starts at unit " +
+                                      std::to_string(offset));
+            }
+            size_t cut = units;  // one piece, or two where split_at falls inside the new part
+            if (split_at >= 0 && static_cast<size_t>(split_at) > position && static_cast<size_t>(split_at) < units) {
+                cut = static_cast<size_t>(split_at);
+            }
+            // Made lowest first, as a later split of one node would make them; linked top down.
+            uint32_t lower = cut < units ? make_node(kNone, ns, now, priority) : kNone;
+            uint32_t upper = make_node(kNone, ns, now, priority);
+            int64_t hit = static_cast<int64_t>(units) > inserted_len ? 1 : 0;
+            fill(upper, key, value, position, cut, offset, hit);
+            link(node, upper);
+            node = upper;
+            if (lower != kNone) {
+                fill(lower, key, value, cut, units, offset, hit);
+                link(upper, lower);
+                node = lower;
+            }
+            node_count_ += lower != kNone ? 2 : 1;
             evictable_ += static_cast<int64_t>(units - position);
-            reprioritize(piece);
-            node = piece;
+            reprioritize(node);
         }
         return py::make_tuple(position, node, nodes_[node].generation);
     }
@@ -210,46 +232,37 @@ class Tree {
     }
 
     int64_t inc_lock_ref(uint32_t id, uint32_t generation) {
-        path_to_root(id, generation);
-        int64_t delta = 0;
-        for (uint32_t ancestor : up_) {
-            Node& node = nodes_[ancestor];
-            if (node.lock_ref == 0) {
-                int64_t units = static_cast<int64_t>(node.values.size());
-                evictable_ -= units;
-                protected_ += units;
-                delta -= units;
-            }
-            node.lock_ref += 1;
-        }
-        return delta;
+        path_to_root(id, generation, up_);
+        return lock_path(up_, up_.size());
     }
 
     int64_t dec_lock_ref(uint32_t id, uint32_t generation) {
-        path_to_root(id, generation);
-        for (uint32_t ancestor : up_) {
-            if (nodes_[ancestor].lock_ref <= 0) {
-                throw py::value_error("node " + std::to_string(ancestor) +
-                                      " is not locked: dec_lock_ref without a matching inc_lock_ref");
-            }
+        locked_path_to_root(id, generation, up_);
+        return unlock_path(up_, up_.size());
+    }
+
+    // RadixCache.move_lock: dec_lock_ref(old) then inc_lock_ref(new), touching only the nodes on
+    // one of the two paths; nothing changes where either would raise.
+    int64_t move_lock(uint32_t old_id, uint32_t old_generation, uint32_t new_id, uint32_t new_generation) {
+        locked_path_to_root(old_id, old_generation, up_);
+        path_to_root(new_id, new_generation, other_);
+        size_t kept = 0;
+        while (kept < up_.size() && kept < other_.size() && up_[up_.size() - 1 - kept] == other_[other_.size() - 1 - kept]) {
+            ++kept;
         }
-        int64_t delta = 0;
-        for (uint32_t ancestor : up_) {
-            Node& node = nodes_[ancestor];
-            node.lock_ref -= 1;
-            if (node.lock_ref == 0) {
-                int64_t units = static_cast<int64_t>(node.values.size());
-                evictable_ += units;
-                protected_ -= units;
-                delta += units;
-                reprioritize(ancestor);
-            }
-        }
-        return delta;
+        return unlock_path(up_, up_.size() - kept) + lock_path(other_, other_.size() - kept);
+    }
+
+    // RadixCache.touch: the path to the node marked used now, as a match ending there would.
+    void touch(uint32_t id, uint32_t generation, double now) {
+        path_to_root(id, generation, up_);
+        nodes_[kRoot].last_access = now;
+        for (uint32_t ancestor : up_) nodes_[ancestor].last_access = now;
+        reprioritize(id);
     }
 
     py::object path_values(uint32_t id, uint32_t generation) {
-        path_to_root(id, generation);
+        path_to_root(id, generation, up_);
         return joined_values(up_.rbegin(), up_.rend());
     }
 
@@ -537,14 +550,100 @@ class Tree {
         }
     }
 
-    // The nodes from `id` up to (not including) the root, into up_.
-    void path_to_root(uint32_t id, uint32_t generation) {
+    // The nodes from `id` up to (not including) the root, into `path`.
+    void path_to_root(uint32_t id, uint32_t generation, std::vector<uint32_t>& path) const {
         check_alive(id, generation);
-        up_.clear();
+        path.clear();
         while (id != kRoot) {
-            up_.push_back(id);
+            path.push_back(id);
             id = nodes_[id].parent;
         }
+    }
+
+    void locked_path_to_root(uint32_t id, uint32_t generation, std::vector<uint32_t>& path) const {
+        path_to_root(id, generation, path);
+        for (uint32_t ancestor : path) {
+            if (nodes_[ancestor].lock_ref <= 0) {
+                throw py::value_error("node " + std::to_string(ancestor) +
+                                      " is not locked: dec_lock_ref without a matching inc_lock_ref");
+            }
+        }
+    }
+
+    // RadixCache._lock_path / _unlock_path over the first `count` nodes of `path`.
+    int64_t lock_path(const std::vector<uint32_t>& path, size_t count) {
+        int64_t delta = 0;
+        for (size_t i = 0; i < count; ++i) {
+            Node& node = nodes_[path[i]];
+            if (node.lock_ref == 0) {
+                int64_t units = static_cast<int64_t>(node.values.size());
+                evictable_ -= units;
+                protected_ += units;
+                delta -= units;
+            }
+            node.lock_ref += 1;
+        }
+        return delta;
+    }
+
+    int64_t unlock_path(const std::vector<uint32_t>& path, size_t count) {
+        int64_t delta = 0;
+        for (size_t i = 0; i < count; ++i) {
+            Node& node = nodes_[path[i]];
+            node.lock_ref -= 1;
+            if (node.lock_ref == 0) {
+                int64_t units = static_cast<int64_t>(node.values.size());
+                evictable_ += units;
+                protected_ -= units;
+                delta += units;
+                reprioritize(path[i]);
+            }
+        }
+        return delta;
+    }
+
+    // A new node's key units [start, stop) and their values (value[i] is unit offset + i's).
+    void fill(uint32_t id, const Int64View& key, const Int64View& value, size_t start, size_t stop, size_t offset,
+              int64_t hit) {
+        Node& node = nodes_[id];
+        node.tokens.assign(key.data + start, key.data + stop + bigram_);
+        node.values.assign(value.data + (start - offset), value.data + (stop - offset));
+        node.hit_count = hit;
+    }
+
+    // RadixCache._pass_through: what an insert does to the nodes it walks through.
+    void pass_through(const std::vector<uint32_t>& path, const std::vector<size_t>& ends, int64_t priority,
+                      int64_t inserted_len) {
+        for (size_t i = 0; i < path.size(); ++i) {
+            Node& child = nodes_[path[i]];
+            if (priority > child.priority) child.priority = priority;
+            if (static_cast<int64_t>(ends[i]) > inserted_len) child.hit_count += 1;
+        }
+        reprioritize(path.back());
+    }
+
+    // RadixCache._follow: insert's walk down known_path's path as far as the key's units go,
+    // comparing no token (a node the key ends inside is split there).
+    void follow(uint32_t id, uint32_t generation, size_t units, double now, int64_t priority, int64_t inserted_len,
+                uint32_t& node, size_t& position) {
+        path_to_root(id, generation, other_);
+        followed_.clear();
+        followed_ends_.clear();
+        for (auto it = other_.rbegin(); it != other_.rend() && position < units; ++it) {
+            uint32_t child = *it;
+            size_t end = position + nodes_[child].values.size();
+            nodes_[child].last_access = now;
+            if (end > units) {
+                reprioritize(child);
+                child = split(child, units - position, now);
+                end = units;
+            }
+            followed_.push_back(child);
+            followed_ends_.push_back(end);
+            node = child;
+            position = end;
+        }
+        if (!followed_.empty()) pass_through(followed_, followed_ends_, priority, inserted_len);
     }
 
     int64_t page_;
@@ -563,6 +662,9 @@ class Tree {
     std::vector<uint32_t> path_;
     std::vector<size_t> ends_;
     std::vector<uint32_t> up_;
+    std::vector<uint32_t> other_;
+    std::vector<uint32_t> followed_;
+    std::vector<size_t> followed_ends_;
     std::vector<int64_t> scratch_;
     std::vector<std::pair<uint32_t, int64_t>> taken_;
 };
@@ -578,10 +680,14 @@ PYBIND11_MODULE(_tree, m) {
         .def("reset", &Tree::reset)
         .def("match", &Tree::match, py::arg("tokens"), py::arg("namespace"), py::arg("now"))
         .def("insert", &Tree::insert, py::arg("tokens"), py::arg("namespace"), py::arg("values"),
-             py::arg("priority"), py::arg("inserted_len"), py::arg("now"))
+             py::arg("priority"), py::arg("inserted_len"), py::arg("now"), py::arg("value_offset") = 0,
+             py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1)
         .def("evict", &Tree::evict, py::arg("num_units"))
         .def("inc_lock_ref", &Tree::inc_lock_ref, py::arg("node"), py::arg("generation"))
         .def("dec_lock_ref", &Tree::dec_lock_ref, py::arg("node"), py::arg("generation"))
+        .def("move_lock", &Tree::move_lock, py::arg("old"), py::arg("old_generation"), py::arg("new"),
+             py::arg("new_generation"))
+        .def("touch", &Tree::touch, py::arg("node"), py::arg("generation"), py::arg("now"))
         .def("path_values", &Tree::path_values, py::arg("node"), py::arg("generation"))
         .def("is_alive", &Tree::is_alive, py::arg("node"), py::arg("generation"))
         .def("node_state", &Tree::node_state, py::arg("node"), py::arg("generation"))

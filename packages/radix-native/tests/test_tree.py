@@ -93,6 +93,67 @@ class TreeAgainstPython(RuleBasedStateMachine):
         assert length == ours.prefix_len
         self.nodes.append((ours.last_node, node, generation))
 
+    @rule(
+        raw=tokens,
+        extra=tokens,
+        namespace=st.sampled_from(NAMESPACES),
+        priority=st.integers(-2, 2),
+        inserted=st.integers(0, 28),
+        offset_pick=st.integers(0, 1 << 16),
+        split_pick=st.integers(0, 1 << 16),
+        follow=st.booleans(),
+    )
+    def checkpoint(self, raw, extra, namespace, priority, inserted, offset_pick, split_pick, follow) -> None:
+        """What a scheduler's checkpoint does: match a prefix, then insert it grown, following the
+        matched node (or not), the values starting inside the cached part, cut where asked."""
+        self.match(raw, namespace)
+        python_node, node, generation = self.nodes[-1]
+        cached = len(self.python.path_indices(python_node))
+        self.step()
+        full = raw + extra
+        offset = offset_pick % (cached + 1)
+        values = array("q", range(self.next_value, self.next_value + len(full) - offset))
+        self.next_value += len(full)
+        page = self.python.page_size
+        units = len(radix_core.RadixKey(full, namespace, is_bigram=self.python.is_eagle))
+        split_at = page * (split_pick % (units // page + 2)) if split_pick % 3 else None
+        ours = self.python.insert(
+            radix_core.RadixKey(full, namespace),
+            values,
+            priority,
+            inserted_len=inserted,
+            value_offset=offset,
+            known_path=python_node if follow else None,
+            split_at=split_at,
+        )
+        more = {"value_offset": offset, "split_at": -1 if split_at is None else split_at}
+        if follow:
+            more.update(known_path=node, known_generation=generation)
+        length, native_node, native_generation = self.native.insert(
+            array("q", full), self.namespace_numbers[namespace], values, priority, inserted, self.clock.now, **more
+        )
+        assert length == ours.prefix_len
+        self.nodes.append((ours.last_node, native_node, native_generation))
+
+    @precondition(lambda self: self.locks and self.nodes)
+    @rule(old=st.integers(0, 1 << 16), new=st.integers(0, 1 << 16))
+    def move_lock(self, old: int, new: int) -> None:
+        python_old, old_node, old_generation = self.locks[old % len(self.locks)]
+        python_new, new_node, new_generation = self.nodes[new % len(self.nodes)]
+        moved = self.both(
+            lambda: self.python.move_lock(python_old, python_new),
+            lambda: self.native.move_lock(old_node, old_generation, new_node, new_generation),
+        )
+        if moved is not None:
+            self.locks[old % len(self.locks)] = (python_new, new_node, new_generation)
+
+    @precondition(lambda self: self.nodes)
+    @rule(pick=st.integers(0, 1 << 16))
+    def touch(self, pick: int) -> None:
+        self.step()
+        python_node, node, generation = self.nodes[pick % len(self.nodes)]
+        self.both(lambda: self.python.touch(python_node), lambda: self.native.touch(node, generation, self.clock.now))
+
     @precondition(lambda self: self.nodes)
     @rule(pick=st.integers(0, 1 << 16))
     def lock(self, pick: int) -> None:
