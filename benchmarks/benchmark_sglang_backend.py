@@ -50,6 +50,7 @@ TreeCore costing nothing: the most any core can win.
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import contextlib
 import gc
@@ -329,6 +330,9 @@ def replay(
         seconds.append(spent + clock() - start)
         inside.append(cache.cache_seconds() - core.calls * PROBE_SECONDS)  # the inner probes too
         in_core.append(core.cache_seconds())
+    if hicache:  # what SGLang registers to run at exit would keep every replay's cache alive till then
+        built.shutdown()
+        atexit.unregister(built.shutdown)
     del cache, core
     return seconds, inside, in_core, matched, [built]
 
