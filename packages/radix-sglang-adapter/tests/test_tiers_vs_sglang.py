@@ -12,6 +12,7 @@ their order (each tree's own clock and heap) cannot matter.
 
 from __future__ import annotations
 
+import gc
 import random
 import types
 from array import array
@@ -337,3 +338,23 @@ def test_radix_tree_core_is_sglangs_step_by_step(backend_name, write_policy, pag
                     driver.core.finish_load_back(match.best_match_node)
                 locks.append(receipts)
         same_state(drivers, f"step {step}: {op} {tokens} {extra_key}")
+
+
+def test_a_reset_or_dead_cores_tree_is_freed(backend_name):
+    """radix-native's walk keeps every node class it reads for the process's life; what a core's
+    node class holds must not keep a tree alive past a reset (SGLang's flush_cache) or the core."""
+    driver = CoreDriver(RadixTreeCore, 1, "lru", "write_through", False, False)
+    node_class = type(driver.core.root_node)
+    for number in range(20):
+        driver.insert([number, 1, 2, 3], None, [4 * number + item for item in range(4)])
+        driver.match([number, 1], None)  # a split
+
+    def nodes_alive() -> int:
+        gc.collect()
+        return sum(type(item) is node_class for item in gc.get_objects())
+
+    assert nodes_alive() > 20
+    driver.core.reset()
+    assert nodes_alive() == 1  # the new root
+    del driver
+    assert nodes_alive() == 0

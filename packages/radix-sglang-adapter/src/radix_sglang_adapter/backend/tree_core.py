@@ -14,7 +14,8 @@ Imported only when SGLang builds a cache with it: it imports SGLang.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, cast
 
 import torch
@@ -59,14 +60,18 @@ NodeId = int
 
 
 class CoreNode(TieredNode):
-    """A tiered node that files itself by id in its core's arena when made (splits included)."""
+    """A tiered node that files itself by id in its core's arena when made (splits included).
+
+    Each core makes its own subclass, whose ``core`` is a weak reference to it: radix-native's walk
+    keeps every node class it has read for the life of the process, so a class holding the arena
+    itself would keep every tree a core ever made (each reset's, each dead core's)."""
 
     __slots__ = ()
-    arena: dict[int, CoreNode]
+    core: Callable[[], RadixTreeCore | None]
 
     def __init__(self, key: radix_core.RadixKey, value: Any, parent: Any, priority: int = 0):
         super().__init__(key, value, parent, priority)
-        self.arena[self.id] = self
+        self.core()._arena[self.id] = self  # type: ignore[union-attr]  # a live core makes its nodes
 
 
 class RadixTreeCore(UnifiedTreeCoreInterface):
@@ -99,6 +104,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         self._is_write_back = False
         self.kv_events = KVCacheEventRecorder(enabled=False, page_size=self.page_size)
         self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+        self._node_class = type("CoreNode", (CoreNode,), {"__slots__": (), "core": weakref.ref(self)})
         self.reset()
 
     @staticmethod
@@ -147,9 +153,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     # ----- the tree ---------------------------------------------------------------------------
 
     def reset(self) -> None:
-        arena: dict[int, CoreNode] = {}
-        node_class = type("CoreNode", (CoreNode,), {"__slots__": (), "arena": arena})
-        self._arena = arena
+        self._arena: dict[int, CoreNode] = {}
         self.tree = TieredRadixCache(
             self.page_size,
             self.is_eagle,
@@ -158,7 +162,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             on_host_evict=self._freed_on_host,
             on_store=self._hash_if_stored,
             on_remove=self._forget,
-            node_class=node_class,
+            node_class=self._node_class,
         )
         self.root_node = self.tree.root_node
         self._namespaces: dict[Any, tuple[Any, Any]] = {}
