@@ -44,6 +44,62 @@ Policy policy_named(const std::string& name) {
     throw py::value_error("unknown eviction policy '" + name + "'; use one of: lru, lfu, fifo, mru, filo, priority");
 }
 
+// A node's tokens or values: a window [start, start + length) of a buffer the node owns alone. A
+// split keeps the larger part as a window of the buffer and copies the smaller (the Python tree's
+// rule); a window under half of its buffer is copied out, so no buffer is kept for less than half.
+class Span {
+  public:
+    const int64_t* data() const { return buffer_.data() + start_; }
+    size_t size() const { return length_; }
+    const int64_t* begin() const { return data(); }
+    const int64_t* end() const { return data() + length_; }
+
+    void assign(const int64_t* from, size_t count) {
+        buffer_.assign(from, from + count);
+        start_ = 0;
+        length_ = count;
+    }
+
+    void release() {
+        std::vector<int64_t>().swap(buffer_);
+        start_ = length_ = 0;
+    }
+
+    // Cuts the span in two: returns items [0, upper) and keeps [lower_from, size()); the two
+    // overlap where lower_from < upper (a bigram key's shared token).
+    Span cut_front(size_t upper, size_t lower_from) {
+        Span front;
+        size_t rest = length_ - lower_from;
+        if (upper <= rest) {
+            front.assign(data(), upper);
+            start_ += lower_from;
+            length_ = rest;
+            compact_if_sparse();
+        } else {
+            Span back;
+            back.assign(data() + lower_from, rest);
+            front = std::move(*this);
+            front.length_ = upper;
+            front.compact_if_sparse();
+            *this = std::move(back);
+        }
+        return front;
+    }
+
+  private:
+    void compact_if_sparse() {
+        if (2 * length_ < buffer_.size()) {
+            std::vector<int64_t> kept(data(), data() + length_);
+            buffer_.swap(kept);
+            start_ = 0;
+        }
+    }
+
+    std::vector<int64_t> buffer_;
+    size_t start_ = 0;
+    size_t length_ = 0;
+};
+
 struct Node {
     uint32_t parent = kNone;
     uint32_t first_child = kNone;
@@ -53,8 +109,8 @@ struct Node {
     uint32_t generation = 0;
     bool alive = false;
     int64_t ns = 0;                // the namespace (extra_key) number the caller gave
-    std::vector<int64_t> tokens;   // raw tokens: units + 1 in bigram mode (none for the root)
-    std::vector<int64_t> values;   // one per unit
+    Span tokens;                   // raw tokens: units + 1 in bigram mode (none for the root)
+    Span values;                   // one per unit
     int64_t lock_ref = 0;
     int64_t hit_count = 0;
     int64_t priority = 0;
@@ -90,9 +146,9 @@ Int64View int64_view(const py::buffer_info& info, const char* what) {
     return {static_cast<const int64_t*>(info.ptr), static_cast<size_t>(info.shape[0])};
 }
 
-py::object int64_bytes(const std::vector<int64_t>& values) {
-    PyObject* out = PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(values.data()),
-                                                  static_cast<Py_ssize_t>(values.size() * sizeof(int64_t)));
+py::object int64_bytes(const int64_t* values, size_t count) {
+    PyObject* out = PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(values),
+                                                  static_cast<Py_ssize_t>(count * sizeof(int64_t)));
     if (out == nullptr) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(out);
 }
@@ -129,7 +185,7 @@ class Tree {
         size_t units = aligned_units(key.size);
         nodes_[kRoot].last_access = now;
         descend(kRoot, key, ns, 0, units);
-        if (path_.empty()) return py::make_tuple(0, kRoot, nodes_[kRoot].generation, int64_bytes({}));
+        if (path_.empty()) return py::make_tuple(0, kRoot, nodes_[kRoot].generation, int64_bytes(nullptr, 0));
         enter(0, now);
         uint32_t last = path_.back();
         reprioritize(last);
@@ -223,7 +279,7 @@ class Tree {
             evicted += units;
         }
         // Python objects only once the tree is whole again (an allocation may run a collection).
-        py::object values = int64_bytes(freed);
+        py::object values = int64_bytes(freed.data(), freed.size());
         py::list taken(taken_.size());
         for (size_t i = 0; i < taken_.size(); ++i) {
             taken[i] = py::make_tuple(taken_[i].first, taken_[i].second);
@@ -277,8 +333,8 @@ class Tree {
         py::dict state;
         state["parent"] = node.parent == kNone ? py::object(py::none()) : py::object(py::int_(node.parent));
         state["namespace"] = node.ns;
-        state["tokens"] = int64_bytes(node.tokens);
-        state["values"] = int64_bytes(node.values);
+        state["tokens"] = int64_bytes(node.tokens.data(), node.tokens.size());
+        state["values"] = int64_bytes(node.values.data(), node.values.size());
         state["lock_ref"] = node.lock_ref;
         state["hit_count"] = node.hit_count;
         state["priority"] = node.priority;
@@ -307,8 +363,8 @@ class Tree {
         if (out == nullptr) throw py::error_already_set();
         char* at = PyByteArray_AS_STRING(out);
         for (It it = first; it != last; ++it) {
-            const std::vector<int64_t>& values = nodes_[*it].values;
-            if (!values.empty()) std::memcpy(at, values.data(), values.size() * sizeof(int64_t));
+            const Span& values = nodes_[*it].values;
+            if (values.size() != 0) std::memcpy(at, values.data(), values.size() * sizeof(int64_t));
             at += values.size() * sizeof(int64_t);
         }
         return py::reinterpret_steal<py::object>(out);
@@ -412,16 +468,14 @@ class Tree {
         uint32_t upper = make_node(parent, nodes_[child_id].ns, now, nodes_[child_id].priority);
         Node& child = nodes_[child_id];  // after make_node: the arena may have moved
         Node& made = nodes_[upper];
-        made.tokens.assign(child.tokens.begin(), child.tokens.begin() + static_cast<std::ptrdiff_t>(at + bigram_));
-        made.values.assign(child.values.begin(), child.values.begin() + static_cast<std::ptrdiff_t>(at));
-        made.hit_count = child.hit_count;
-        made.lock_ref = child.lock_ref;
         // The upper node takes the child's place (same first page), then the child goes below it.
         remove_child_entry(parent, child_id);
+        made.tokens = child.tokens.cut_front(at + bigram_, at);
+        made.values = child.values.cut_front(at, at);
+        made.hit_count = child.hit_count;
+        made.lock_ref = child.lock_ref;
         replace_sibling(child_id, upper);
         add_child_entry(parent, upper);
-        child.tokens.erase(child.tokens.begin(), child.tokens.begin() + static_cast<std::ptrdiff_t>(at));
-        child.values.erase(child.values.begin(), child.values.begin() + static_cast<std::ptrdiff_t>(at));
         child.parent = kNone;
         child.next_sibling = child.prev_sibling = kNone;
         link(upper, child_id);
@@ -455,8 +509,8 @@ class Tree {
         Node& node = nodes_[id];
         node.alive = false;
         node.generation += 1;
-        std::vector<int64_t>().swap(node.tokens);
-        std::vector<int64_t>().swap(node.values);
+        node.tokens.release();
+        node.values.release();
         free_.push_back(id);
     }
 
@@ -606,8 +660,8 @@ class Tree {
     void fill(uint32_t id, const Int64View& key, const Int64View& value, size_t start, size_t stop, size_t offset,
               int64_t hit) {
         Node& node = nodes_[id];
-        node.tokens.assign(key.data + start, key.data + stop + bigram_);
-        node.values.assign(value.data + (start - offset), value.data + (stop - offset));
+        node.tokens.assign(key.data + start, stop + bigram_ - start);
+        node.values.assign(value.data + (start - offset), stop - start);
         node.hit_count = hit;
     }
 
