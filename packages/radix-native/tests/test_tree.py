@@ -259,3 +259,49 @@ def test_a_node_that_is_gone_is_told_apart_from_its_slots_next_tenant():
     with pytest.raises(ValueError, match=r"not \(or no longer\) in this cache"):
         tree.inc_lock_ref(node, generation)
     assert tree.inc_lock_ref(again, again_generation) == -1
+
+
+DAEMONS_AT_EXIT = """
+import threading
+from array import array
+from radix_native import _tree
+class Finalized:  # cyclic garbage: collections that a tree call's allocations start run Python
+    def __del__(self):
+        sum(range(50))
+def spin(seed):
+    tree = _tree.Tree(1, False, "lru")
+    keys = [array("q", [seed, n % 7, n % 5, n]) for n in range(64)]
+    values = array("q", range(4))
+    while True:
+        for key in keys:
+            garbage = Finalized(); garbage.cycle = garbage
+            tree.insert(key, 0, values, 0, 0, 1.0)
+            tree.match(key, 0, 2.0)
+        tree.evict(100)
+for seed in range(4):
+    threading.Thread(target=spin, args=(seed,), daemon=True).start()
+"""
+
+
+def test_daemon_threads_inside_the_tree_at_interpreter_exit_never_crash():
+    """As the kernels' test (radix-core's test_backend_selection): CPython ends daemon threads that
+    wake after shutdown with pthread_exit, unwinding whatever C++ frames they are in, and a tree
+    call's allocations may start a collection whose finalizers run Python (and so switch threads)
+    inside the call. 100 exits, none may crash or hang."""
+    import signal
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one_exit(_: int) -> int | str:
+        try:
+            return subprocess.run([sys.executable, "-c", DAEMONS_AT_EXIT], capture_output=True, timeout=30).returncode
+        except subprocess.TimeoutExpired:
+            return "hung"
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(one_exit, range(100)))
+    assert "hung" not in outcomes
+    if sys.version_info < (3, 11):  # CPython 3.10's own take_gil crash (see the kernels' test)
+        outcomes = [0 if outcome == -signal.SIGSEGV else outcome for outcome in outcomes]
+    assert outcomes == [0] * 100
