@@ -396,7 +396,8 @@ def bench_radix_cache(session: nox.Session) -> None:
 
 @nox.session(name="bench-sglang-backend", venv_backend="none")
 def bench_sglang_backend(session: nox.Session) -> None:
-    """--radix-cache-backend radix vs SGLang 0.5.23's default cache and RadixCache on the Mooncake trace."""
+    """--radix-cache-backend radix vs SGLang 0.5.23's default cache and RadixCache on the Mooncake trace
+    (`-- --hicache`: both with HiCache on, on UnifiedRadixCache)."""
     python = sglang_python(session, "0.5.23")
     install_radix(session, python, native=True)
     args = session.posargs or ["--check"]
