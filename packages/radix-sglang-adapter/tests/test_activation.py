@@ -125,6 +125,24 @@ def test_without_the_function_activation_registers_the_backend_and_says_so_once(
     assert len(said) == 1
 
 
+@lacks_convert
+def test_deactivation_also_takes_out_the_tree_core_that_serves_hicache():
+    """SGLang selects TreeCores by name too (SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND): after
+    deactivate(), ``radix`` must resolve to radix-core's in neither registry."""
+    from sglang.srt.mem_cache.unified_cache import tree_core_registry
+
+    from radix_sglang_adapter import backend
+    from radix_sglang_adapter.backend.tree_core import RadixTreeCore
+
+    adapter.activate()
+    get, add = tree_core_registry.get_tree_core_factory, tree_core_registry.register_tree_core_backend
+    backend._register_once(get, add, RadixTreeCore, "TreeCore")  # what building a HiCache cache does
+    assert get(backend.BACKEND_NAME) is RadixTreeCore
+    adapter.deactivate()
+    assert get(backend.BACKEND_NAME) is None
+    assert not adapter.status().cache_backend.registered
+
+
 def test_kill_switch_keeps_sglang_untouched(monkeypatch):
     adapter.activate()
     monkeypatch.setenv(adapter.DISABLE_ENV, "1")

@@ -15,6 +15,7 @@ import logging
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .._settings import AdapterError, Release, release_text
@@ -23,6 +24,8 @@ logger = logging.getLogger("radix_sglang_adapter")
 
 BACKEND_NAME = "radix"
 REGISTRY_MODULE = "sglang.srt.mem_cache.registry"
+TREE_CORE_REGISTRY_MODULE = "sglang.srt.mem_cache.unified_cache.tree_core_registry"
+TREE_CORE_MODULE = "radix_sglang_adapter.backend.tree_core"  # imported when SGLang builds a HiCache cache
 FIRST_REGISTRY_RELEASE: Release = (0, 5, 13)
 # The first release whose RadixCache has checkpoint()/path_device_indices(), the interface here.
 FIRST_BACKEND_RELEASE: Release = (0, 5, 22)
@@ -82,23 +85,36 @@ def register(release: Release) -> None:
     serve on it). AdapterError if the registry holds another factory under that name."""
     if unavailable_reason(release) is not None:
         return
+    registry = importlib.import_module(REGISTRY_MODULE)
+    _register_once(registry.get_radix_cache_factory, registry.register_radix_cache_backend, build_cache, "radix-cache")
+
+
+def _register_once(get: Callable[[str], Any], add: Callable[[str, Any], None], factory: Any, registry: str) -> None:
+    """``factory`` under ``radix`` in one of SGLang's registries, once; AdapterError if that
+    registry holds another one under the name."""
     with _lock:
-        registry = importlib.import_module(REGISTRY_MODULE)
-        held = registry.get_radix_cache_factory(BACKEND_NAME)
+        held = get(BACKEND_NAME)
         if held is None:
-            registry.register_radix_cache_backend(BACKEND_NAME, build_cache)
-        elif held is not build_cache:
-            raise AdapterError(f"SGLang's radix-cache registry already holds another {BACKEND_NAME!r}: {held!r}")
+            add(BACKEND_NAME, factory)
+        elif held is not factory:
+            raise AdapterError(f"SGLang's {registry} registry already holds another {BACKEND_NAME!r}: {held!r}")
 
 
 def unregister() -> None:
-    """Take ``radix`` out of SGLang's registry if this adapter put it there. SGLang has no public
-    way to do that: its registry dict is edited directly (caches already built keep working)."""
-    registry = sys.modules.get(REGISTRY_MODULE)
-    entries = getattr(registry, "_RADIX_CACHE_REGISTRY", None)
+    """Take ``radix`` out of SGLang's registries where this adapter put it: the radix-cache
+    backend, and the TreeCore that serves HiCache (which SGLang's
+    SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND could otherwise still select). SGLang has no public way
+    to do that: its registry dicts are edited directly (caches already built keep working)."""
+    tree_core = sys.modules.get(TREE_CORE_MODULE)
+    ours = [
+        (REGISTRY_MODULE, "_RADIX_CACHE_REGISTRY", build_cache),
+        (TREE_CORE_REGISTRY_MODULE, "_TREE_CORE_REGISTRY", getattr(tree_core, "RadixTreeCore", None)),
+    ]
     with _lock:
-        if entries is not None and entries.get(BACKEND_NAME) is build_cache:
-            del entries[BACKEND_NAME]
+        for module, name, factory in ours:
+            entries = getattr(sys.modules.get(module), name, None)
+            if factory is not None and entries is not None and entries.get(BACKEND_NAME) is factory:
+                del entries[BACKEND_NAME]
 
 
 def context_refusal(ctx: Any) -> str | None:
@@ -195,22 +211,15 @@ def build_cache(ctx: Any) -> Any:
     return cache
 
 
-TREE_CORE_NAME = "radix"
-
-
 def _unified_cache_on_radix_core(ctx: Any) -> Any:
     """SGLang's UnifiedRadixCache (which drives HiCache: backups, load-backs, host eviction) with
-    radix-core's tree as its TreeCore (``backend.tree_core``)."""
+    radix-core's tree as its TreeCore (``backend.tree_core``), registered under ``radix`` too."""
     from sglang.srt.mem_cache.registry import create_unified_radix_cache
     from sglang.srt.mem_cache.unified_cache import tree_core_registry
 
     from .tree_core import RadixTreeCore
 
-    with _lock:
-        held = tree_core_registry.get_tree_core_factory(TREE_CORE_NAME)
-        if held is None:
-            tree_core_registry.register_tree_core_backend(TREE_CORE_NAME, RadixTreeCore)
-        elif held is not RadixTreeCore:
-            raise AdapterError(f"SGLang's TreeCore registry already holds another {TREE_CORE_NAME!r}: {held!r}")
-    ctx.params.tree_core_backend = TREE_CORE_NAME
+    get, add = tree_core_registry.get_tree_core_factory, tree_core_registry.register_tree_core_backend
+    _register_once(get, add, RadixTreeCore, "TreeCore")
+    ctx.params.tree_core_backend = BACKEND_NAME
     return create_unified_radix_cache(ctx)
