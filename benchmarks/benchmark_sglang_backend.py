@@ -211,8 +211,8 @@ HICACHE_IMPLEMENTATIONS = [BASELINE, "radix native", "radix pure"]
 HICACHE_CELLS = [(policy, capacity) for policy in ("write_through", "write_back") for capacity in ("1M", "200k")]
 HICACHE_TARGET = 2.0  # radix native over SGLang's default, both with HiCache, in the cache (issue 18)
 HOST_RATIO = 2.0  # the host tier holds twice the device pool (--hicache-ratio)
-# The device KV pool the host tier copies from and to: one layer, one head of 8 fp16 values per
-# token, so that a copy costs what its indexing costs, not what moving a real model's KV would.
+# The device KV pool the host tier is sized and laid out from (its copies move nothing here, see
+# host_copies_move_nothing): one layer, one head of 8 fp16 values per token.
 KV_SHAPE = {"head_num": 1, "head_dim": 8, "layer_num": 1}
 
 
@@ -228,7 +228,7 @@ def host_copies_move_nothing() -> None:
 
 class NoForwardWorker:
     """The scheduler's tp_worker as HiCache's set-up sees it: the model's layers would wait on the
-    load-back counter; with no forward here, nothing does (CPU copies are done when they return)."""
+    load-back counter; with no forward here, nothing does."""
 
     def register_hicache_layer_transfer_counter(self, counter: Any) -> None:
         pass
