@@ -347,12 +347,13 @@ def run_one(
 
 
 def warm_up(server_args: Any, requests: list[Request], chunk: int, names: list[str], hicache: bool) -> None:
-    """Each cache once per mode, untimed: the process's first touch of fresh memory lands on nobody's
-    clock (unbounded without HiCache, the largest HiCache capacity with it)."""
+    """Each cache once per mode its cells use, untimed: the process's first touch of fresh memory
+    lands on nobody's clock (unbounded, EAGLE off and on, without HiCache; the largest HiCache
+    capacity, EAGLE off as in its cells, with it)."""
     capacity = CAPACITIES["1M"] if hicache else sum(len(prompt) + len(output) for prompt, output in requests) + 1
     for name in names:
         gc.collect()
-        for eagle in (False, True):
+        for eagle in (False,) if hicache else (False, True):
             run_one(name, server_args, requests, eagle, capacity, chunk, hicache)[-1].clear()
 
 
