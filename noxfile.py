@@ -80,15 +80,23 @@ SANITIZED_TESTS = [
     f"{NATIVE}/tests",
     *(
         f"{CORE}/tests/{name}"
-        for name in ("test_bigram.py", "test_key.py", "test_hostile_inputs.py", "test_descend.py")
+        for name in (
+            "test_bigram.py",
+            "test_key.py",
+            "test_hostile_inputs.py",
+            "test_descend.py",
+            "test_cache.py",
+            "test_native_tree.py",
+        )
     ),
 ]
 
 
 @nox.session(name="tests-sanitizers")
 def tests_sanitizers(session: nox.Session) -> None:
-    """radix-native built with ASan and UBSan; its kernel tests and the differential fuzz through
-    radix_core run under them, and any report fails the session."""
+    """radix-native built with ASan and UBSan; its kernel and tree tests, the differential fuzz
+    through radix_core and RadixCache's tests (its native tree among them) run under them, and any
+    report fails the session."""
     session.install(CORE, *TEST_REQUIREMENTS)
     session.install(
         NATIVE,

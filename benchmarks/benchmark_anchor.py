@@ -8,7 +8,8 @@ cached; each eviction frees through the same counting allocator. gc on, torch on
 Caches, each fresh per replay, in rotating order every round:
 - SGLang default: ``create_tree_cache()`` without flags: UnifiedRadixCache on its Rust TreeCore
 - SGLang RadixCache: SGLang's Python radix tree
-- radix-core native / pure: ``radix_core.RadixCache`` with and without radix-native
+- radix-core native / pure: ``radix_core.RadixCache`` (its Python tree) with and without radix-native
+- radix-core native tree: ``radix_core.RadixCache(tree="native")``, nodes in radix-native's tree (issue 19)
 
 Workloads: the first ``--requests`` of the bundled Mooncake synthetic trace, and benchmark_radix_cache's
 multi-turn-100k (4 chats growing by 0.8k-3.2k tokens a turn to 100k tokens). Cells: EAGLE off and on x capacity
@@ -25,6 +26,7 @@ faster than SGLang's default a cache could be on this machine at all (``speedup_
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib.metadata
 import os
@@ -133,14 +135,16 @@ def sglang_radix(server_args: Any, eagle: bool, allocator: CountingAllocator) ->
     return SGLangTree(SGLangRadixCache(sh.cache_params(None, allocator, 1, eagle, "lru")))
 
 
-def radix_core_tree(server_args: Any, eagle: bool, allocator: CountingAllocator) -> RadixCoreTree:
-    return RadixCoreTree(radix_core.RadixCache(is_eagle=eagle, eviction_policy="lru", on_evict=allocator.free))
+def radix_core_tree(server_args: Any, eagle: bool, allocator: CountingAllocator, tree: str = "python") -> RadixCoreTree:
+    cache = radix_core.RadixCache(is_eagle=eagle, eviction_policy="lru", on_evict=allocator.free, tree=tree)
+    return RadixCoreTree(cache)
 
 
 IMPLEMENTATIONS: dict[str, Callable[[Any, bool, CountingAllocator], Any]] = {
     BASELINE: sglang_default,
     "SGLang RadixCache": sglang_radix,
     "radix-core native": radix_core_tree,
+    "radix-core native tree": functools.partial(radix_core_tree, tree="native"),
     "radix-core pure": radix_core_tree,
 }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from radix_core import BACKEND_ENV, SGLANG_KILL_SWITCH_ENV
+from radix_core import BACKEND_ENV, SGLANG_KILL_SWITCH_ENV, TREE_ENV, _backend
 from radix_core._backend import NATIVE_KERNEL_ABI, VERIFY_ENV
 from radix_core.testing import expected_backend
 
@@ -67,7 +67,9 @@ REPORT = "import radix_core; s = radix_core.backend(); print(s.active, '|', s.re
 
 
 def run_child(code: str, tmp_path: Path, fake_native: str | None = None, **env: str) -> subprocess.CompletedProcess:
-    child_env = {k: v for k, v in os.environ.items() if k not in (BACKEND_ENV, SGLANG_KILL_SWITCH_ENV, VERIFY_ENV)}
+    child_env = {
+        k: v for k, v in os.environ.items() if k not in (BACKEND_ENV, SGLANG_KILL_SWITCH_ENV, VERIFY_ENV, TREE_ENV)
+    }
     child_env.update(env)
     if fake_native is not None:
         package = tmp_path / "fake" / "radix_native"
@@ -100,6 +102,22 @@ def test_unknown_backend_value_fails_at_import_naming_the_choices(tmp_path, valu
     result = run_child(REPORT, tmp_path, RADIX_CORE_BACKEND=value)
     assert result.returncode != 0
     assert "BackendConfigError" in result.stderr and "auto, python, native" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["rust", "auto"])
+def test_unknown_tree_value_fails_at_import_naming_the_choices(tmp_path, value):
+    result = run_child(REPORT, tmp_path, RADIX_CORE_TREE=value)
+    assert result.returncode != 0
+    assert "BackendConfigError" in result.stderr and "python, native" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["native", " Native ", "python", ""])
+def test_the_tree_env_var_picks_the_default_tree(tmp_path, value):
+    result = run_child("import radix_core; print(radix_core.RadixCache().tree_kind)", tmp_path, RADIX_CORE_TREE=value)
+    assert result.returncode == 0, result.stderr
+    usable = _backend.native_tree_module() is not None  # the child imports the same radix-native
+    expected = "native" if value.strip().lower() == "native" and usable else "python"
+    assert result.stdout.strip() == expected
 
 
 def test_python_backend_is_used_when_asked(tmp_path):

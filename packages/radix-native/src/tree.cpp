@@ -28,7 +28,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
-constexpr int kTreeAbi = 1;
+constexpr int kTreeAbi = 2;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 
@@ -179,10 +179,13 @@ class Tree {
     }
 
     // (prefix units, last node id, its generation, the matched values as int64 bytes)
-    py::tuple match(const py::buffer& tokens, int64_t ns, double now) {
+    py::tuple match(const py::buffer& tokens, int64_t ns, const py::buffer& times) {
         py::buffer_info held = tokens.request();
         Int64View key = int64_view(held, "tokens");
+        py::buffer_info held_times = times.request();
+        double now = start_clock(held_times);
         size_t units = aligned_units(key.size);
+        splits_.clear();
         nodes_[kRoot].last_access = now;
         descend(kRoot, key, ns, 0, units);
         if (path_.empty()) return py::make_tuple(0, kRoot, nodes_[kRoot].generation, int64_bytes(nullptr, 0));
@@ -197,10 +200,12 @@ class Tree {
     // value of unit value_offset + i; known_path (a node id and generation, or kNone) is a node
     // whose path spells the key's first units; split_at (or -1) a unit where the new part is cut.
     py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
-                     int64_t inserted_len, double now, int64_t value_offset, uint32_t known_path,
+                     int64_t inserted_len, const py::buffer& times, int64_t value_offset, uint32_t known_path,
                      uint32_t known_generation, int64_t split_at) {
         py::buffer_info held_key = tokens.request();
         py::buffer_info held_values = values.request();
+        py::buffer_info held_times = times.request();
+        double now = start_clock(held_times);
         Int64View key = int64_view(held_key, "tokens");
         Int64View value = int64_view(held_values, "values");
         size_t units = aligned_units(key.size);
@@ -213,6 +218,7 @@ class Tree {
         if (units > offset && value.size < units - offset) {
             throw py::value_error("values must hold one item per unit of the key from value_offset on");
         }
+        splits_.clear();
         Node& root = nodes_[kRoot];
         root.last_access = now;
         root.priority = std::max(root.priority, priority);
@@ -238,8 +244,8 @@ class Tree {
                 cut = static_cast<size_t>(split_at);
             }
             // Made lowest first, as a later split of one node would make them; linked top down.
-            uint32_t lower = cut < units ? make_node(kNone, ns, now, priority) : kNone;
-            uint32_t upper = make_node(kNone, ns, now, priority);
+            uint32_t lower = cut < units ? make_node(kNone, ns, priority) : kNone;
+            uint32_t upper = make_node(kNone, ns, priority);
             int64_t hit = static_cast<int64_t>(units) > inserted_len ? 1 : 0;
             fill(upper, key, value, position, cut, offset, hit);
             link(node, upper);
@@ -256,20 +262,20 @@ class Tree {
         return py::make_tuple(position, node, nodes_[node].generation);
     }
 
-    // (units evicted, their values as int64 bytes, [(node id, units)] in eviction order)
-    py::tuple evict(int64_t num_units) {
+    // (units evicted, their values as int64 bytes, [(node id, units, namespace, tokens)] in
+    // eviction order); tokens are the node's raw tokens as int64 bytes if `keys`, else None.
+    py::tuple evict(int64_t num_units, bool keys) {
         if (num_units < 0) throw py::value_error("num_tokens must be >= 0");
         int64_t evicted = 0;
-        std::vector<int64_t>& freed = scratch_;
-        freed.clear();
         taken_.clear();
+        taken_tokens_.clear();
         while (evicted < num_units) {
             uint32_t id = pop_evictable_leaf();
             if (id == kNone) break;
             Node& node = nodes_[id];
             int64_t units = static_cast<int64_t>(node.values.size());
-            freed.insert(freed.end(), node.values.begin(), node.values.end());
-            taken_.emplace_back(id, units);
+            if (keys) taken_tokens_.insert(taken_tokens_.end(), node.tokens.begin(), node.tokens.end());
+            taken_.push_back({id, units, node.ns, node.tokens.size(), std::move(node.values)});
             uint32_t parent = node.parent;
             unlink(id);
             evictable_ -= units;
@@ -279,12 +285,35 @@ class Tree {
             evicted += units;
         }
         // Python objects only once the tree is whole again (an allocation may run a collection).
-        py::object values = int64_bytes(freed.data(), freed.size());
+        PyObject* freed = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(evicted * sizeof(int64_t)));
+        if (freed == nullptr) throw py::error_already_set();
+        py::object values = py::reinterpret_steal<py::object>(freed);
+        char* at = PyByteArray_AS_STRING(freed);
+        for (Taken& t : taken_) {
+            if (t.units != 0) std::memcpy(at, t.values.data(), t.values.size() * sizeof(int64_t));
+            at += t.values.size() * sizeof(int64_t);
+            t.values.release();
+        }
         py::list taken(taken_.size());
+        size_t raw_at = 0;
         for (size_t i = 0; i < taken_.size(); ++i) {
-            taken[i] = py::make_tuple(taken_[i].first, taken_[i].second);
+            const Taken& t = taken_[i];
+            py::object tokens = py::none();
+            if (keys) {
+                tokens = int64_bytes(taken_tokens_.data() + raw_at, t.raw);
+                raw_at += t.raw;
+            }
+            taken[i] = py::make_tuple(t.id, t.units, t.ns, tokens);
         }
         return py::make_tuple(evicted, values, taken);
+    }
+
+    // The splits the last match or insert made, in order: (lower node id, new upper node id, units
+    // the upper took, units the lower kept); the lower part keeps the node's id and generation.
+    py::list last_splits() const {
+        py::list out;
+        for (const Split& split : splits_) out.append(py::make_tuple(split.lower, split.upper, split.at, split.kept));
+        return out;
     }
 
     int64_t inc_lock_ref(uint32_t id, uint32_t generation) {
@@ -332,6 +361,7 @@ class Tree {
         const Node& node = nodes_[id];
         py::dict state;
         state["parent"] = node.parent == kNone ? py::object(py::none()) : py::object(py::int_(node.parent));
+        state["parent_generation"] = node.parent == kNone ? 0 : nodes_[node.parent].generation;
         state["namespace"] = node.ns;
         state["tokens"] = int64_bytes(node.tokens.data(), node.tokens.size());
         state["values"] = int64_bytes(node.values.data(), node.values.size());
@@ -340,6 +370,7 @@ class Tree {
         state["priority"] = node.priority;
         state["last_access_time"] = node.last_access;
         state["creation_time"] = node.creation;
+        state["heap_stamp"] = node.heap_stamp;
         py::list children;
         for (uint32_t child = node.first_child; child != kNone; child = nodes_[child].next_sibling) {
             children.append(py::make_tuple(child, nodes_[child].generation));
@@ -351,6 +382,7 @@ class Tree {
     int64_t evictable_size() const { return evictable_; }
     int64_t protected_size() const { return protected_; }
     int64_t node_count() const { return node_count_; }
+    size_t heap_size() const { return heap_.size(); }  // entries, stale ones included
     uint32_t root_generation() const { return nodes_[kRoot].generation; }
 
   private:
@@ -458,14 +490,14 @@ class Tree {
         size_t shared = ends_.back() - start;
         if (shared < nodes_[last].values.size()) {
             reprioritize(last);
-            path_.back() = split(last, shared, now);
+            path_.back() = split(last, shared);
         }
     }
 
     // RadixCache._split: cut `child` after `at` units; returns the new upper node.
-    uint32_t split(uint32_t child_id, size_t at, double now) {
+    uint32_t split(uint32_t child_id, size_t at) {
         uint32_t parent = nodes_[child_id].parent;
-        uint32_t upper = make_node(parent, nodes_[child_id].ns, now, nodes_[child_id].priority);
+        uint32_t upper = make_node(parent, nodes_[child_id].ns, nodes_[child_id].priority);
         Node& child = nodes_[child_id];  // after make_node: the arena may have moved
         Node& made = nodes_[upper];
         // The upper node takes the child's place (same first page), then the child goes below it.
@@ -480,10 +512,12 @@ class Tree {
         child.next_sibling = child.prev_sibling = kNone;
         link(upper, child_id);
         node_count_ += 1;
+        splits_.push_back({child_id, upper, at, nodes_[child_id].values.size()});
         return upper;
     }
 
-    uint32_t make_node(uint32_t parent, int64_t ns, double now, int64_t priority) {
+    // A node made now: its times are the call's next two (Python's TreeNode reads its clock twice).
+    uint32_t make_node(uint32_t parent, int64_t ns, int64_t priority) {
         uint32_t id;
         if (!free_.empty()) {
             id = free_.back();
@@ -500,8 +534,8 @@ class Tree {
         node.parent = parent;  // linked by the caller
         node.ns = ns;
         node.priority = priority;
-        node.last_access = now;
-        node.creation = now;
+        node.last_access = next_time();
+        node.creation = next_time();
         return id;
     }
 
@@ -676,6 +710,25 @@ class Tree {
         reprioritize(path.back());
     }
 
+    // A call's clock: `times` are the times the Python tree would read in the call, in order (the
+    // call's own first, then two per node it makes); past the last, the last repeats.
+    double start_clock(const py::buffer_info& times) {
+        if (times.ndim != 1 || times.itemsize != 8 || times.shape[0] < 1 || (times.shape[0] > 1 && times.strides[0] != 8) ||
+            (times.format != "d" && times.format != "<d" && times.format != "=d")) {
+            throw py::type_error("times must be a 1-D contiguous buffer of at least one double (array('d'))");
+        }
+        times_ = static_cast<const double*>(times.ptr);
+        times_count_ = static_cast<size_t>(times.shape[0]);
+        times_used_ = 1;
+        return times_[0];
+    }
+
+    double next_time() {
+        double time = times_[times_used_ < times_count_ ? times_used_ : times_count_ - 1];
+        times_used_ += 1;
+        return time;
+    }
+
     // RadixCache._follow: insert's walk down known_path's path as far as the key's units go,
     // comparing no token (a node the key ends inside is split there).
     void follow(uint32_t id, uint32_t generation, size_t units, double now, int64_t priority, int64_t inserted_len,
@@ -689,7 +742,7 @@ class Tree {
             nodes_[child].last_access = now;
             if (end > units) {
                 reprioritize(child);
-                child = split(child, units - position, now);
+                child = split(child, units - position);
                 end = units;
             }
             followed_.push_back(child);
@@ -719,8 +772,25 @@ class Tree {
     std::vector<uint32_t> other_;
     std::vector<uint32_t> followed_;
     std::vector<size_t> followed_ends_;
-    std::vector<int64_t> scratch_;
-    std::vector<std::pair<uint32_t, int64_t>> taken_;
+    struct Taken {
+        uint32_t id;
+        int64_t units;
+        int64_t ns;
+        size_t raw;    // its raw tokens, in taken_tokens_ when asked for
+        Span values;   // until copied into the answer
+    };
+    std::vector<Taken> taken_;
+    std::vector<int64_t> taken_tokens_;
+    struct Split {
+        uint32_t lower;
+        uint32_t upper;
+        size_t at;
+        size_t kept;
+    };
+    std::vector<Split> splits_;  // the last match's or insert's
+    const double* times_ = nullptr;  // the running call's clock (start_clock)
+    size_t times_count_ = 0;
+    size_t times_used_ = 0;
 };
 
 }  // namespace
@@ -732,11 +802,12 @@ PYBIND11_MODULE(_tree, m) {
         .def(py::init<int64_t, bool, const std::string&>(), py::arg("page_size"), py::arg("bigram"),
              py::arg("policy"))
         .def("reset", &Tree::reset)
-        .def("match", &Tree::match, py::arg("tokens"), py::arg("namespace"), py::arg("now"))
+        .def("match", &Tree::match, py::arg("tokens"), py::arg("namespace"), py::arg("times"))
         .def("insert", &Tree::insert, py::arg("tokens"), py::arg("namespace"), py::arg("values"),
-             py::arg("priority"), py::arg("inserted_len"), py::arg("now"), py::arg("value_offset") = 0,
+             py::arg("priority"), py::arg("inserted_len"), py::arg("times"), py::arg("value_offset") = 0,
              py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1)
-        .def("evict", &Tree::evict, py::arg("num_units"))
+        .def("evict", &Tree::evict, py::arg("num_units"), py::arg("keys") = false)
+        .def("last_splits", &Tree::last_splits)
         .def("inc_lock_ref", &Tree::inc_lock_ref, py::arg("node"), py::arg("generation"))
         .def("dec_lock_ref", &Tree::dec_lock_ref, py::arg("node"), py::arg("generation"))
         .def("move_lock", &Tree::move_lock, py::arg("old"), py::arg("old_generation"), py::arg("new"),
@@ -748,5 +819,6 @@ PYBIND11_MODULE(_tree, m) {
         .def("evictable_size", &Tree::evictable_size)
         .def("protected_size", &Tree::protected_size)
         .def("node_count", &Tree::node_count)
+        .def("heap_size", &Tree::heap_size)
         .def("root_generation", &Tree::root_generation);
 }

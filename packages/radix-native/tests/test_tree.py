@@ -1,15 +1,16 @@
-"""radix-native's tree (issue 19, slice 1) against radix-core's Python tree, step by step.
+"""radix-native's tree (issue 19) against radix-core's Python tree, step by step.
 
 The same random operations go to ``radix_core.RadixCache`` (the reference, int64 values) and to
 ``radix_native._tree.Tree``; after every step both hold the same nodes (tokens, values, locks,
 hit counts, priorities, access and creation times, children), the same sizes, and every answer
 agrees: prefix lengths, matched values, lock deltas, what eviction took and in which order. The
-Python tree reads its clock once per node it makes; here that clock stands still during a step
-and moves between steps, and the native tree is given the same time.
+Python tree reads its clock once per call and twice per node it makes; here every read is a new
+tick, and the native tree is given the times the Python tree read in the same call.
 """
 
 from __future__ import annotations
 
+import itertools
 import types
 from array import array
 
@@ -27,14 +28,22 @@ NAMESPACES = [None, "lora-a"]
 tokens = st.lists(st.integers(0, 3), max_size=14)
 
 
-class StandingClock:
-    """time.monotonic as radix_core.cache reads it: still within a step, one tick between steps."""
+class TickingClock:
+    """time.monotonic as radix_core.cache reads it: a new tick per read, the reads of the running
+    step kept for the native tree."""
 
     def __init__(self) -> None:
-        self.now = 1.0
+        self.ticks = itertools.count(1)
+        self.read: list[float] = []
 
     def monotonic(self) -> float:
-        return self.now
+        tick = float(next(self.ticks))
+        self.read.append(tick)
+        return tick
+
+    def times(self) -> array:
+        """What the Python tree read in this step (one time if it read none)."""
+        return array("d", self.read or [0.0])
 
 
 def native_bytes(raw: bytes | bytearray) -> list[int]:
@@ -46,11 +55,13 @@ def native_bytes(raw: bytes | bytearray) -> list[int]:
 class TreeAgainstPython(RuleBasedStateMachine):
     @initialize(page=st.sampled_from([1, 2]), eagle=st.booleans(), policy=st.sampled_from(sorted(EVICTION_POLICIES)))
     def build(self, page: int, eagle: bool, policy: str) -> None:
-        self.clock = StandingClock()
+        self.clock = TickingClock()
         self.saved_time = radix_core.cache.time
         radix_core.cache.time = types.SimpleNamespace(monotonic=self.clock.monotonic)  # type: ignore[assignment]
         self.freed: list[int] = []
-        self.python = radix_core.RadixCache(page, eagle, policy, on_evict=lambda value: self.freed.extend(value))
+        self.python = radix_core.RadixCache(
+            page, eagle, policy, on_evict=lambda value: self.freed.extend(value), tree="python"
+        )
         self.native = _tree.Tree(page, eagle, policy)
         self.namespace_numbers = {name: number for number, name in enumerate(NAMESPACES)}
         self.next_value = 1000
@@ -62,14 +73,14 @@ class TreeAgainstPython(RuleBasedStateMachine):
             radix_core.cache.time = self.saved_time
 
     def step(self) -> None:
-        self.clock.now += 1.0
+        self.clock.read = []
 
     @rule(raw=tokens, namespace=st.sampled_from(NAMESPACES))
     def match(self, raw: list[int], namespace: object) -> None:
         self.step()
         ours = self.python.match_prefix(radix_core.RadixKey(raw, namespace))
         length, node, generation, values = self.native.match(
-            array("q", raw), self.namespace_numbers[namespace], self.clock.now
+            array("q", raw), self.namespace_numbers[namespace], self.clock.times()
         )
         assert length == ours.prefix_len
         assert native_bytes(values) == list(ours.indices)
@@ -88,7 +99,7 @@ class TreeAgainstPython(RuleBasedStateMachine):
         key = radix_core.RadixKey(raw, namespace)
         ours = self.python.insert(key, values, priority, inserted_len=inserted)
         length, node, generation = self.native.insert(
-            array("q", raw), self.namespace_numbers[namespace], values, priority, inserted, self.clock.now
+            array("q", raw), self.namespace_numbers[namespace], values, priority, inserted, self.clock.times()
         )
         assert length == ours.prefix_len
         self.nodes.append((ours.last_node, node, generation))
@@ -130,7 +141,7 @@ class TreeAgainstPython(RuleBasedStateMachine):
         if follow:
             more.update(known_path=node, known_generation=generation)
         length, native_node, native_generation = self.native.insert(
-            array("q", full), self.namespace_numbers[namespace], values, priority, inserted, self.clock.now, **more
+            array("q", full), self.namespace_numbers[namespace], values, priority, inserted, self.clock.times(), **more
         )
         assert length == ours.prefix_len
         self.nodes.append((ours.last_node, native_node, native_generation))
@@ -152,7 +163,9 @@ class TreeAgainstPython(RuleBasedStateMachine):
     def touch(self, pick: int) -> None:
         self.step()
         python_node, node, generation = self.nodes[pick % len(self.nodes)]
-        self.both(lambda: self.python.touch(python_node), lambda: self.native.touch(node, generation, self.clock.now))
+        self.both(
+            lambda: self.python.touch(python_node), lambda: self.native.touch(node, generation, self.clock.times()[0])
+        )
 
     @precondition(lambda self: self.nodes)
     @rule(pick=st.integers(0, 1 << 16))
@@ -177,7 +190,7 @@ class TreeAgainstPython(RuleBasedStateMachine):
         native_evicted, values, taken = self.native.evict(units)
         assert native_evicted == evicted
         assert native_bytes(values) == self.freed
-        assert sum(count for _, count in taken) == evicted
+        assert sum(entry[1] for entry in taken) == evicted
 
     @precondition(lambda self: self.nodes)
     @rule(pick=st.integers(0, 1 << 16))
@@ -234,13 +247,19 @@ TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=
 
 
 def test_abi_is_what_this_release_expects():
-    assert _tree.TREE_ABI == 1
+    assert _tree.TREE_ABI == 2
 
 
 @pytest.mark.parametrize("bad", [array("i", [1, 2]), array("d", [1.0]), b"abcdefgh", [1, 2]])
 def test_tokens_must_be_an_int64_buffer(bad):
     with pytest.raises(TypeError):
-        _tree.Tree(1, False, "lru").match(bad, 0, 0.0)
+        _tree.Tree(1, False, "lru").match(bad, 0, array("d", [0.0]))
+
+
+@pytest.mark.parametrize("bad", [array("f", [1.0]), array("d"), 1.0])
+def test_times_must_be_a_buffer_of_doubles(bad):
+    with pytest.raises(TypeError, match="times"):
+        _tree.Tree(1, False, "lru").match(array("q", [1]), 0, bad)
 
 
 def test_unknown_policy_and_page_size_are_refused():
@@ -252,9 +271,9 @@ def test_unknown_policy_and_page_size_are_refused():
 
 def test_a_node_that_is_gone_is_told_apart_from_its_slots_next_tenant():
     tree = _tree.Tree(1, False, "lru")
-    _, node, generation = tree.insert(array("q", [1, 2]), 0, array("q", [7, 8]), 0, 0, 1.0)
+    _, node, generation = tree.insert(array("q", [1, 2]), 0, array("q", [7, 8]), 0, 0, array("d", [1.0]))
     assert tree.evict(2)[0] == 2
-    _, again, again_generation = tree.insert(array("q", [3]), 0, array("q", [9]), 0, 0, 2.0)
+    _, again, again_generation = tree.insert(array("q", [3]), 0, array("q", [9]), 0, 0, array("d", [2.0]))
     assert again == node and again_generation != generation
     with pytest.raises(ValueError, match=r"not \(or no longer\) in this cache"):
         tree.inc_lock_ref(node, generation)
@@ -272,11 +291,12 @@ def spin(seed):
     tree = _tree.Tree(1, False, "lru")
     keys = [array("q", [seed, n % 7, n % 5, n]) for n in range(64)]
     values = array("q", range(4))
+    first, second = array("d", [1.0]), array("d", [2.0])
     while True:
         for key in keys:
             garbage = Finalized(); garbage.cycle = garbage
-            tree.insert(key, 0, values, 0, 0, 1.0)
-            tree.match(key, 0, 2.0)
+            tree.insert(key, 0, values, 0, 0, first)
+            tree.match(key, 0, second)
         tree.evict(100)
 for seed in range(4):
     threading.Thread(target=spin, args=(seed,), daemon=True).start()

@@ -2,7 +2,8 @@
 
 ``backend()`` tells whether radix-native's kernels are in use and why. The choice is read once from
 ``RADIX_CORE_BACKEND`` (``auto``, ``python`` or ``native``) and ``SGLANG_DISABLE_TAI_BIGRAM``;
-``RADIX_CORE_VERIFY`` (a share of calls, default 0) checks native answers against the reference.
+``RADIX_CORE_VERIFY`` (a share of calls, default 0) checks native answers against the reference;
+``RADIX_CORE_TREE`` (``python`` or ``native``) picks the tree a ``RadixCache`` keeps its nodes in.
 """
 
 __version__ = "0.1.0"
@@ -11,6 +12,7 @@ from ._backend import (  # noqa: E402  (the backend reads __version__)
     BACKEND_CHOICES,
     BACKEND_ENV,
     SGLANG_KILL_SWITCH_ENV,
+    TREE_ENV,
     VERIFY_ENV,
     BackendConfigError,
     BackendStatus,
@@ -40,6 +42,7 @@ __all__ = [
     "BACKEND_ENV",
     "PACKED_TOKEN_LIMIT",
     "SGLANG_KILL_SWITCH_ENV",
+    "TREE_ENV",
     "VERIFY_ENV",
     "EVICTION_POLICIES",
     "BackendConfigError",

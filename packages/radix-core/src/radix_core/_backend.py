@@ -28,11 +28,16 @@ BACKEND_CHOICES = ("auto", "python", "native")
 SGLANG_KILL_SWITCH_ENV = "SGLANG_DISABLE_TAI_BIGRAM"
 # The share of native calls also run on the reference and compared (canary deployments).
 VERIFY_ENV = "RADIX_CORE_VERIFY"
+# Which tree a RadixCache keeps its nodes in unless it is told (radix_core.native_tree).
+TREE_ENV = "RADIX_CORE_TREE"
+TREE_CHOICES = ("python", "native")
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("", "0", "false", "no", "off")
 
 # The radix-native kernel contract this radix-core release was written against.
 NATIVE_KERNEL_ABI = 4
+# The contract of radix-native's tree (radix_native._tree) it was written against.
+NATIVE_TREE_ABI = 2
 
 BackendName = Literal["python", "native"]
 RequestedBackend = Literal["auto", "python", "native"]
@@ -89,6 +94,16 @@ def verify_fraction(environ: Mapping[str, str] = os.environ) -> float:
     if not 0.0 <= fraction <= 1.0:  # NaN fails this too
         raise BackendConfigError(f"{VERIFY_ENV}={raw!r} is not a share of calls; use a number from 0 to 1, e.g. 0.01")
     return fraction
+
+
+def requested_tree(environ: Mapping[str, str] = os.environ) -> str:
+    """The tree RADIX_CORE_TREE asks RadixCache to use by default; raises BackendConfigError on an
+    unknown value. ``native`` is radix-native's tree where the native backend is in use."""
+    raw = environ.get(TREE_ENV, "python")
+    tree = raw.strip().lower() or "python"
+    if tree not in TREE_CHOICES:
+        raise BackendConfigError(f"{TREE_ENV}={raw!r} is not a known tree; use one of: {', '.join(TREE_CHOICES)}")
+    return tree
 
 
 def _stride(fraction: float) -> int:
@@ -164,6 +179,7 @@ def _choose() -> tuple[ModuleType | None, BackendStatus]:
 
 # The native module while it is trusted, else None. Read on every dispatch, written only under _lock.
 native_kernels, _status = _choose()
+default_tree = requested_tree()
 _lock = threading.Lock()
 # Every _verify_stride-th native call is also run on the reference (0: none); the countdown is
 # shared by all kernels and threads, so the share is approximate under concurrency.
@@ -174,6 +190,31 @@ _calls_to_verify = _verify_stride
 def backend() -> BackendStatus:
     """Which kernels are in use right now, and why (a native failure switches this to Python)."""
     return _status
+
+
+_tree_module: ModuleType | None = None
+_tree_unusable: str | None = None
+
+
+def native_tree_module() -> ModuleType | None:
+    """radix-native's tree module while the native backend is trusted and the tree's ABI is the
+    one this release needs, else None (a mismatch is logged once; the Python tree serves)."""
+    global _tree_module, _tree_unusable
+    if native_kernels is None or _tree_unusable is not None:
+        return None
+    if _tree_module is None:
+        try:
+            from radix_native import _tree
+
+            abi = getattr(_tree, "TREE_ABI", None)
+            if abi != NATIVE_TREE_ABI:
+                raise ImportError(f"its tree ABI is {abi!r}, radix-core {__version__} needs {NATIVE_TREE_ABI}")
+        except Exception as exc:  # an old or broken radix-native keeps its kernels, not its tree
+            _tree_unusable = f"radix-native's tree is unusable: {type(exc).__name__}: {exc}"
+            logger.warning("%s; RadixCache keeps its Python tree", _tree_unusable)
+            return None
+        _tree_module = _tree
+    return _tree_module
 
 
 def _native_failed(kernel: str, reason: str) -> None:
@@ -199,6 +240,21 @@ def python_reference_only() -> Iterator[None]:
         yield
     finally:
         native_kernels = saved
+
+
+@contextlib.contextmanager
+def tree_by_default(tree: str) -> Iterator[None]:
+    """Make RadixCache keep its nodes in ``tree`` unless told otherwise, within a block, as
+    RADIX_CORE_TREE does for a process (tests and benchmarks)."""
+    global default_tree
+    if tree not in TREE_CHOICES:
+        raise ValueError(f"tree must be one of: {', '.join(TREE_CHOICES)}; not {tree!r}")
+    saved = default_tree
+    default_tree = tree
+    try:
+        yield
+    finally:
+        default_tree = saved
 
 
 @contextlib.contextmanager

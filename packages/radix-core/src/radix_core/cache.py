@@ -17,7 +17,8 @@ from array import array
 from collections.abc import Callable, Hashable, Iterable
 from typing import IO, Any, NamedTuple
 
-from ._backend import dispatching
+from . import _backend
+from ._backend import dispatching, native_tree_module
 from .key import RadixKey
 from .values import ValueKind, value_kind_of
 
@@ -157,10 +158,28 @@ class RadixCache:
     ``node_class``: a TreeNode subclass (slots only) the tree makes its nodes of, for a caller
     whose readers expect more of a node (read-only views of its state).
 
+    ``tree``: ``"native"`` keeps the nodes in radix-native's tree (outside the Python heap: the
+    garbage collector never walks them) where the native backend is in use, ``node_class`` is
+    TreeNode and the values are int64 (see :class:`radix_core.native_tree.NativeRadixCache`);
+    ``"python"`` keeps Python nodes, the reference. The default is ``RADIX_CORE_TREE``'s
+    (``python`` unless set).
+
     Threads: one writer at a time, as SGLang's scheduler uses its cache. Every method, matches
     included (they split nodes and reorder eviction), changes the tree; callers that share a cache
     between threads hold one lock around every call.
     """
+
+    def __new__(cls, *args: Any, tree: str | None = None, **kwargs: Any) -> RadixCache:
+        if tree is None:
+            tree = _backend.default_tree
+        elif tree not in _backend.TREE_CHOICES:
+            raise ValueError(f"tree must be one of: {', '.join(_backend.TREE_CHOICES)}; not {tree!r}")
+        node_class = kwargs.get("node_class", args[6] if len(args) > 6 else TreeNode)
+        if cls is RadixCache and tree == "native" and node_class is TreeNode and native_tree_module() is not None:
+            from .native_tree import NativeRadixCache
+
+            cls = NativeRadixCache
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -171,6 +190,8 @@ class RadixCache:
         on_store: Callable[[TreeNode], None] | None = None,
         on_remove: Callable[[TreeNode], None] | None = None,
         node_class: type[TreeNode] = TreeNode,
+        *,
+        tree: str | None = None,
     ):
         if type(page_size) is not int or page_size < 1:
             raise ValueError(f"page_size must be a positive int, not {page_size!r}")
@@ -253,18 +274,7 @@ class RadixCache:
         will end (SGLang's prompt boundary): the new part is stored as two nodes there, the tree
         such an insert would leave, without cutting one node in two.
         """
-        given = key if isinstance(key, RadixKey) else RadixKey(key)
-        key = self._as_cache_key(given)
-        if not 0 <= value_offset <= len(given):
-            raise ValueError(f"value_offset {value_offset} is outside a key of {len(given)} units")
-        if split_at is not None and split_at % self.page_size:
-            raise ValueError(f"split_at {split_at} is not a multiple of the page size {self.page_size}")
-        if value is None:  # the token ids, one per unit of the cache key
-            value = key.token_ids[value_offset : len(key)]
-            kind = self._check_value(value, len(key), value_offset)
-        else:  # one per raw token of the key given (EAGLE: the cache keeps n - 1 of them)
-            kind = self._check_value(value, len(given), value_offset)
-        key = key.page_aligned(self.page_size)
+        key, value, kind = self._checked_insert(key, value, value_offset, split_at)
         units = len(key)
         priority = 0 if priority is None else priority
         page = self.page_size
@@ -414,6 +424,12 @@ class RadixCache:
         """Nodes in the tree, the root excluded."""
         return self._node_count
 
+    @property
+    def tree_kind(self) -> str:
+        """Which tree holds the nodes: ``"python"`` (TreeNode objects) or ``"native"``
+        (radix-native's tree, see :class:`radix_core.native_tree.NativeRadixCache`)."""
+        return "python"
+
     def pretty_print(self, file: IO[str] | None = None) -> None:
         """One line per node: depth-indented length, first tokens and lock count."""
         stack = [(self.root_node, 0)]
@@ -433,6 +449,24 @@ class RadixCache:
         if key.is_bigram:
             raise ValueError("a bigram key needs a cache built with is_eagle=True")
         return key
+
+    def _checked_insert(
+        self, key: KeyLike, value: Any, value_offset: int, split_at: int | None
+    ) -> tuple[RadixKey, Any, ValueKind]:
+        """An insert's arguments checked: the page-aligned cache key, the value (the key's token
+        ids where none is given) and its kind."""
+        given = key if isinstance(key, RadixKey) else RadixKey(key)
+        cache_key = self._as_cache_key(given)
+        if not 0 <= value_offset <= len(given):
+            raise ValueError(f"value_offset {value_offset} is outside a key of {len(given)} units")
+        if split_at is not None and split_at % self.page_size:
+            raise ValueError(f"split_at {split_at} is not a multiple of the page size {self.page_size}")
+        if value is None:  # the token ids, one per unit of the cache key
+            value = cache_key.token_ids[value_offset : len(cache_key)]
+            kind = self._check_value(value, len(cache_key), value_offset)
+        else:  # one per raw token of the key given (EAGLE: the cache keeps n - 1 of them)
+            kind = self._check_value(value, len(given), value_offset)
+        return cache_key.page_aligned(self.page_size), value, kind
 
     def _check_value(self, value: Any, key_units: int, value_offset: int) -> ValueKind:
         """The kind of ``value``, which must hold an item per unit of a key of ``key_units`` from

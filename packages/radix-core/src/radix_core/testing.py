@@ -22,9 +22,11 @@ def expected_backend() -> str | None:
     return os.environ.get(EXPECT_BACKEND_ENV)
 
 
-@pytest.fixture(params=["python", "native"])
+@pytest.fixture(params=["python", "native", "native-tree"])
 def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Runs the test once with radix-core's kernels bound to each backend."""
+    """Runs the test with radix-core's kernels bound to each backend: the Python reference, the
+    native kernels, and the native kernels with RadixCache on radix-native's tree (yielded as
+    ``"native"`` too: the kernels are the same)."""
     if request.param == "python":
         with _backend.python_reference_only():
             yield "python"
@@ -34,6 +36,11 @@ def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
         if expected_backend() == "native":
             pytest.fail(f"this session needs the native backend, but: {status.reason}")
         pytest.skip(f"native backend not in use: {status.reason}")
-    yield "native"
+    if request.param == "native-tree" and _backend.native_tree_module() is None:
+        if expected_backend() == "native":
+            pytest.fail("this session needs radix-native's tree, but it is unusable (see the log)")
+        pytest.skip("radix-native's tree is unusable")
+    with _backend.tree_by_default("native" if request.param == "native-tree" else "python"):
+        yield "native"
     after = _backend.backend()
     assert after.active == "native", f"a native kernel fell back to Python during the test: {after.reason}"

@@ -1,0 +1,544 @@
+"""RadixCache on radix-native's tree: the nodes live outside the Python heap (issue 19).
+
+A filled Python tree is about three gc-tracked objects a node, which every full collection in a
+serving process walks. Here radix-native's ``Tree`` holds nodes, keys, values, locks and the
+eviction heap; Python holds the cache and a handle per node someone asked for (``NativeNode``,
+made on demand, one per node while it is referenced), never one object per node. The answers are
+the Python tree's, operation by operation (``radix-native/tests/test_tree.py`` and every
+radix-core cache test run on both).
+
+The native tree holds int64 values (int64 torch tensors on the CPU, int64 ndarrays,
+``array('q')``); a cache whose first value is of another kind (lists, other dtypes, device
+tensors) becomes the Python tree while still empty. A later value the native tree cannot hold
+losslessly, or a native failure (logged once; the process then makes no new native trees), moves
+the cache to the Python tree, rebuilt from the native one: handles given out before resolve to the
+rebuilt nodes, and nothing cached is lost.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+import time
+import weakref
+from array import array
+from collections.abc import Callable, Hashable
+from typing import IO, Any, cast
+
+from . import _backend
+from .cache import InsertResult, KeyLike, MatchResult, RadixCache, TreeNode
+from .key import RadixKey
+from .values import ValueKind
+
+__all__ = ["NativeNode", "NativeRadixCache"]
+
+logger = logging.getLogger("radix_core")
+
+_memory_of = ctypes.pythonapi.PyMemoryView_FromMemory  # a view of a CPU tensor's memory
+_memory_of.restype = ctypes.py_object
+_memory_of.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
+_READ_ONLY = 0x100  # PyBUF_READ
+_NO_NODE = 2**32 - 1  # the tree's "no known path"
+_CALLER_ERRORS = (ValueError, TypeError, OverflowError)  # a bad call, not a broken tree
+
+
+def _times(count: int) -> array:
+    """The clock readings a call of the Python tree might make, in order (its own, then two per
+    node it makes: a match makes one, an insert three): the native tree uses them as the Python
+    tree would, so both order evictions alike even under a test's ticking clock."""
+    monotonic = time.monotonic
+    return array("d", [monotonic() for _ in range(count)])
+
+
+class NativeNode(TreeNode):
+    """A node of a native tree, read from the tree when asked; TreeNode's attributes as
+    properties (``page_hashes`` writable). A handle to a node that is gone raises ValueError on
+    reading, as the cache does when given it. It holds its cache weakly: a cache and its root
+    handle make no cycle, so a dropped cache frees its tree at once, not at a collection."""
+
+    __slots__ = ("_cache", "_generation", "_epoch", "__weakref__")
+
+    def __init__(self, cache: NativeRadixCache, node_id: int, generation: int):  # noqa: D107 (no TreeNode init)
+        self._cache = cache._self_ref
+        self.id = node_id
+        self._generation = generation
+        self._epoch = cache._epoch
+
+    def _read(self, field: str) -> Any:
+        cache = self._cache()
+        if cache is None:
+            raise ValueError(f"{self!r} is not (or no longer) in a cache")
+        return cache._node_field(self, field)
+
+    parent = property(lambda self: self._read("parent"))  # type: ignore[assignment]
+    children = property(lambda self: self._read("children"))  # type: ignore[assignment]
+    key = property(lambda self: self._read("key"))  # type: ignore[assignment]
+    value = property(lambda self: self._read("value"))  # type: ignore[assignment]
+    lock_ref = property(lambda self: self._read("lock_ref"))  # type: ignore[assignment]
+    hit_count = property(lambda self: self._read("hit_count"))  # type: ignore[assignment]
+    priority = property(lambda self: self._read("priority"))  # type: ignore[assignment]
+    last_access_time = property(lambda self: self._read("last_access_time"))  # type: ignore[assignment]
+    creation_time = property(lambda self: self._read("creation_time"))  # type: ignore[assignment]
+    _heap_stamp = property(lambda self: self._read("heap_stamp"))  # type: ignore[assignment]
+
+    @property  # type: ignore[override]
+    def page_hashes(self) -> Any:
+        return self._read("page_hashes")
+
+    @page_hashes.setter
+    def page_hashes(self, hashes: Any) -> None:
+        cache = self._cache()
+        if cache is None:
+            raise ValueError(f"{self!r} is not (or no longer) in a cache")
+        cache._set_page_hashes(self, hashes)
+
+    def __repr__(self) -> str:
+        return f"NativeNode(id={self.id}, generation={self._generation})"
+
+
+class NativeRadixCache(RadixCache):
+    """:class:`RadixCache` whose tree is radix-native's (``RadixCache(...)`` makes one when it
+    can; see its ``tree`` argument). Same API and answers; nodes are :class:`NativeNode` handles."""
+
+    def __init__(
+        self,
+        page_size: int = 1,
+        is_eagle: bool = False,
+        eviction_policy: str = "lru",
+        on_evict: Callable[[Any], None] | None = None,
+        on_store: Callable[[TreeNode], None] | None = None,
+        on_remove: Callable[[TreeNode], None] | None = None,
+        node_class: type[TreeNode] = TreeNode,
+        *,
+        tree: str | None = None,
+    ):
+        if _backend.native_tree_module() is None or node_class is not TreeNode:
+            raise ValueError("a NativeRadixCache needs radix-native's tree and TreeNode nodes; use RadixCache")
+        self._epoch = 0
+        self._self_ref = weakref.ref(self)  # what handles hold
+        self._python: RadixCache | None = None  # the Python tree this cache moved to, if it did
+        self._python_nodes: dict[tuple[int, int, int], TreeNode] = {}  # (epoch, id, generation) -> rebuilt
+        self._handles: weakref.WeakValueDictionary[tuple[int, int], NativeNode] = weakref.WeakValueDictionary()
+        self._page_hashes: dict[int, Any] = {}
+        self._held_tensor: Any = None  # a converted value's tensor, during the insert that reads it
+        self._namespaces: dict[Hashable, int] = {None: 0}
+        self._namespace_keys: list[Hashable] = [None]
+        self._tree: Any = None  # made by reset(), once RadixCache checked the arguments
+        super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class)
+
+    # ----- public API -------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Drop every cached entry (``on_evict`` is not called)."""
+        if self._python is not None:
+            self._python.reset()
+            return
+        if self._tree is None:
+            self._tree = _backend.native_tree_module().Tree(self.page_size, self.is_eagle, self.eviction_policy)  # type: ignore[union-attr]
+        self._tree.reset()
+        self._epoch += 1
+        self._handles = weakref.WeakValueDictionary()
+        self._page_hashes.clear()
+        self.root_node = self._handle(0, self._tree.root_generation())
+        self._evictable_size = self._protected_size = self._node_count = 0
+
+    def match_prefix(self, key: KeyLike) -> MatchResult:
+        """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside one."""
+        if self._python is not None:
+            return self._python.match_prefix(key)
+        key = self._as_cache_key(key).page_aligned(self.page_size)
+        namespace = self._namespace(key.extra_key)
+        try:
+            length, node_id, generation, values = self._tree.match(self._raw(key), namespace, _times(3))
+        except _CALLER_ERRORS:
+            raise
+        except Exception as exc:
+            self._move_to_python(f"match raised {type(exc).__name__}: {exc}", failure=True)
+            return self.match_prefix(key)
+        finally:
+            self._cut_page_hashes()
+        return MatchResult(length, self._handle(node_id, generation), [values] if length else [], self._join_int64)
+
+    def insert(
+        self,
+        key: KeyLike,
+        value: Any = None,
+        priority: int = 0,
+        *,
+        inserted_len: int = 0,
+        value_offset: int = 0,
+        known_path: TreeNode | None = None,
+        copy: bool = True,
+        split_at: int | None = None,
+    ) -> InsertResult:
+        """:meth:`RadixCache.insert`; values are always copied into the tree (``copy`` is moot)."""
+
+        def on_python() -> InsertResult:  # this call, on the Python tree the cache moved to
+            return self._python.insert(  # type: ignore[union-attr]
+                key,
+                value,
+                priority,
+                inserted_len=inserted_len,
+                value_offset=value_offset,
+                known_path=None if known_path is None else self._resolved(known_path),
+                copy=copy,
+                split_at=split_at,
+            )
+
+        if self._python is not None:
+            return on_python()
+        empty_before = self._value_kind is None
+        cache_key, checked, kind = self._checked_insert(key, value, value_offset, split_at)
+        known = (_NO_NODE, 0) if known_path is None else self._ids(known_path)
+        values = self._int64(kind, checked)
+        if values is None:  # the first value: nothing to rebuild, and nothing to say
+            self._move_to_python(f"{kind.name} values it cannot hold as int64", quietly=empty_before)
+            return on_python()
+        try:
+            position, node_id, generation = self._tree.insert(
+                self._raw(cache_key),
+                self._namespace(cache_key.extra_key),
+                values,
+                0 if priority is None else priority,
+                inserted_len,
+                _times(7),
+                value_offset,
+                known[0],
+                known[1],
+                -1 if split_at is None else split_at,
+            )
+        except _CALLER_ERRORS:
+            raise
+        except Exception as exc:
+            self._move_to_python(f"insert raised {type(exc).__name__}: {exc}", failure=True)
+            return on_python()
+        finally:
+            self._held_tensor = None
+            self._cut_page_hashes()
+        node = self._handle(node_id, generation)
+        if self.on_store is not None and position < len(cache_key):
+            for stored in self._stored_pieces(node, position, len(cache_key), split_at):
+                self.on_store(stored)
+        return InsertResult(position, node)
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
+        are gone or nothing evictable is left; returns the number evicted (whole leaves)."""
+        if self._python is not None:
+            return self._python.evict(num_tokens)
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
+        try:
+            evicted, values, taken = self._tree.evict(num_tokens, self.on_remove is not None)
+        except Exception as exc:
+            self._move_to_python(f"evict raised {type(exc).__name__}: {exc}", failure=True)
+            return self.evict(num_tokens)
+        if not taken:
+            return evicted
+        parts = self._parts_of(values, [entry[1] for entry in taken])
+        for (node_id, _, namespace, tokens), part in zip(taken, parts):
+            hashes = self._page_hashes.pop(node_id, None)
+            if self.on_evict is not None:
+                self.on_evict(part)
+            if self.on_remove is not None:
+                self.on_remove(self._removed_node(node_id, namespace, tokens, part, hashes))
+        return evicted
+
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
+        if self._python is not None:
+            return self._python.inc_lock_ref(self._resolved(node))
+        return self._tree.inc_lock_ref(*self._ids(node))
+
+    def dec_lock_ref(self, node: TreeNode) -> int:
+        """Release one lock taken by :meth:`inc_lock_ref`; returns the change of evictable size."""
+        if self._python is not None:
+            return self._python.dec_lock_ref(self._resolved(node))
+        return self._tree.dec_lock_ref(*self._ids(node))
+
+    def move_lock(self, old: TreeNode, new: TreeNode) -> int:
+        """:meth:`RadixCache.move_lock`."""
+        if self._python is not None:
+            return self._python.move_lock(self._resolved(old), self._resolved(new))
+        return self._tree.move_lock(*self._ids(old), *self._ids(new))
+
+    def touch(self, node: TreeNode) -> None:
+        """:meth:`RadixCache.touch`."""
+        if self._python is not None:
+            return self._python.touch(self._resolved(node))
+        self._tree.touch(*self._ids(node), time.monotonic())
+
+    def path_indices(self, node: TreeNode) -> Any:
+        """:meth:`RadixCache.path_indices`."""
+        if self._python is not None:
+            return self._python.path_indices(self._resolved(node))
+        return self._join_int64([self._tree.path_values(*self._ids(node))])
+
+    def evictable_size(self) -> int:
+        return self._python.evictable_size() if self._python is not None else self._tree.evictable_size()
+
+    def protected_size(self) -> int:
+        return self._python.protected_size() if self._python is not None else self._tree.protected_size()
+
+    def total_size(self) -> int:
+        """All cached units: ``evictable_size() + protected_size()`` (the tree keeps both)."""
+        return self.evictable_size() + self.protected_size()
+
+    def node_count(self) -> int:
+        return self._python.node_count() if self._python is not None else self._tree.node_count()
+
+    def pretty_print(self, file: IO[str] | None = None) -> None:
+        if self._python is not None:
+            return self._python.pretty_print(file)
+        super().pretty_print(file)
+
+    @property
+    def tree_kind(self) -> str:
+        """``"native"`` while radix-native's tree holds this cache, ``"python"`` once it moved."""
+        return "python" if self._python is not None else "native"
+
+    # ----- handles ----------------------------------------------------------------------------
+
+    def _handle(self, node_id: int, generation: int) -> NativeNode:
+        """The one handle of a node while anyone holds it."""
+        handle = self._handles.get((node_id, generation))
+        if handle is None:
+            handle = NativeNode(self, node_id, generation)
+            self._handles[node_id, generation] = handle
+        return handle
+
+    def _ids(self, node: TreeNode | None) -> tuple[int, int]:
+        """A handle's node id and generation in this tree; ValueError for anything else."""
+        if type(node) is not NativeNode or node._cache is not self._self_ref or node._epoch != self._epoch:
+            raise ValueError(f"{node!r} is not (or no longer) in this cache")
+        return node.id, node._generation
+
+    def _resolved(self, node: TreeNode) -> TreeNode:
+        """What ``node`` is in the Python tree this cache moved to (a handle: its rebuilt node)."""
+        if type(node) is NativeNode and node._cache is self._self_ref:
+            found = self._python_nodes.get((node._epoch, node.id, node._generation))
+            if found is None:
+                raise ValueError(f"{node!r} is not (or no longer) in this cache")
+            return found
+        return node
+
+    def _node_field(self, node: NativeNode, field: str) -> Any:
+        """A node's attribute, as TreeNode holds it, read from the tree."""
+        if self._python is not None:
+            return getattr(self._resolved(node), "_heap_stamp" if field == "heap_stamp" else field)
+        if field == "page_hashes":
+            self._ids(node)
+            return self._page_hashes.get(node.id)
+        state = self._tree.node_state(*self._ids(node))
+        if field == "parent":
+            parent = state["parent"]
+            return None if parent is None else self._handle(parent, state["parent_generation"])
+        if field == "children":
+            children = {}
+            for child_id, child_generation in state["children"]:
+                child = self._handle(child_id, child_generation)
+                children[child.key.child_key(self.page_size)] = child
+            return children
+        if field == "key":
+            return self._key_of(state["tokens"], state["namespace"])
+        if field == "value":
+            return None if state["parent"] is None else self._from_int64(state["values"])
+        return state[field]
+
+    def _set_page_hashes(self, node: NativeNode, hashes: Any) -> None:
+        if self._python is not None:
+            self._resolved(node).page_hashes = hashes
+            return
+        node_id, _ = self._ids(node)
+        if hashes is None:
+            self._page_hashes.pop(node_id, None)
+        else:
+            self._page_hashes[node_id] = hashes
+
+    def _cut_page_hashes(self) -> None:
+        """Split ``page_hashes`` as the tree split their nodes in its last call (RadixCache._split)."""
+        if not self._page_hashes:
+            return
+        for lower, upper, at, kept in self._tree.last_splits():
+            hashes = self._page_hashes.get(lower)
+            if hashes is not None:  # as many items per page: the upper node takes at / length of them
+                cut = len(hashes) * at // (at + kept)
+                self._page_hashes[upper], self._page_hashes[lower] = hashes[:cut], hashes[cut:]
+
+    def _stored_pieces(self, last: NativeNode, position: int, units: int, split_at: int | None) -> list[NativeNode]:
+        """The nodes an insert added, top down: ``last``, and its parent where it cut the new part
+        at ``split_at``."""
+        if split_at is not None and position < split_at < units:
+            return [last.parent, last]  # type: ignore[list-item]
+        return [last]
+
+    def _removed_node(self, node_id: int, namespace: int, tokens: Any, value: Any, hashes: Any) -> TreeNode:
+        """What an evicted node was, as a detached TreeNode (the Python tree hands out its own)."""
+        node = TreeNode(self._key_of(tokens, namespace), value, None)
+        node.id = node_id
+        node.page_hashes = hashes
+        return node
+
+    # ----- conversions ------------------------------------------------------------------------
+
+    def _namespace(self, extra_key: Hashable) -> int:
+        number = self._namespaces.get(extra_key)
+        if number is None:
+            number = self._namespaces[extra_key] = len(self._namespace_keys)
+            self._namespace_keys.append(extra_key)
+        return number
+
+    def _key_of(self, tokens: Any, namespace: int) -> RadixKey:
+        raw = array("q")
+        raw.frombytes(tokens)
+        return RadixKey._window(raw, 0, len(raw), self._namespace_keys[namespace], self.is_eagle)
+
+    @staticmethod
+    def _raw(key: RadixKey) -> memoryview:
+        """A key's raw tokens as the tree reads them (no copy)."""
+        return memoryview(key._tokens)[key._start : key._stop]
+
+    def _int64(self, kind: ValueKind, value: Any) -> Any:
+        """``value`` as a contiguous int64 buffer the tree reads, or None where the native tree
+        cannot hold it losslessly."""
+        name = kind.name
+        if name == "array":
+            if value.typecode == "q" or (value.typecode == "l" and value.itemsize == 8):
+                return value
+            try:
+                return array("q", value)
+            except OverflowError:
+                return None
+        if name == "numpy":
+            numpy = sys.modules["numpy"]
+            if value.dtype.kind == "u" and value.dtype.itemsize == 8 and value.size and value.max() >= 2**63:
+                return None
+            return numpy.ascontiguousarray(value, dtype=numpy.int64)
+        if name == "torch":
+            torch = sys.modules["torch"]
+            if value.device.type != "cpu" or value.dtype == torch.uint64:
+                return None
+            if value.dtype != torch.int64:
+                value = value.to(torch.int64)
+            value = value.contiguous()
+            count = value.shape[0]
+            if count == 0:
+                return array("q")
+            self._held_tensor = value  # the memory's owner, alive until the tree has copied it
+            return _memory_of(value.data_ptr(), 8 * count, _READ_ONLY).cast("q")  # no numpy, no copy
+        return None  # lists
+
+    def _from_int64(self, values: bytearray) -> Any:
+        """The tree's int64 bytes as one value of this cache's kind."""
+        kind = self._value_kind
+        name = kind.name if kind is not None else "array"
+        if not values:
+            return self._join([])
+        if name == "torch":
+            torch = sys.modules["torch"]
+            return torch.frombuffer(values, dtype=torch.int64)
+        if name == "numpy":
+            return sys.modules["numpy"].frombuffer(values, dtype="int64")
+        joined = array("q")
+        joined.frombytes(values)
+        return joined
+
+    def _parts_of(self, values: bytearray, sizes: list[int]) -> list[Any]:
+        """The tree's int64 bytes cut into values of ``sizes`` items, of this cache's kind
+        (views of one tensor or ndarray; arrays, which cannot share, one copy each)."""
+        if self._value_kind is not None and self._value_kind.name in ("torch", "numpy"):
+            joined, start, parts = self._from_int64(values), 0, []
+            for size in sizes:
+                parts.append(joined[start : start + size])
+                start += size
+            return parts
+        view, start, parts = memoryview(values), 0, []
+        for size in sizes:
+            part = array("q")
+            part.frombytes(view[8 * start : 8 * (start + size)])
+            parts.append(part)
+            start += size
+        return parts
+
+    def _join_int64(self, parts: list[bytearray]) -> Any:
+        """A match's values: the one int64 buffer the tree answered, as this cache's kind."""
+        return self._from_int64(parts[0]) if parts else self._join([])
+
+    # ----- moving to the Python tree ----------------------------------------------------------
+
+    def _move_to_python(self, reason: str, *, failure: bool = False, quietly: bool = False) -> None:
+        """Serve this cache from a Python tree from now on, rebuilt from the native one (handles
+        resolve to its nodes). A native failure is also the process's: radix_core stops using
+        radix-native (logged once there)."""
+        if quietly:
+            logger.debug("RadixCache keeps its nodes in Python: %s", reason)
+        else:
+            logger.warning("RadixCache moves its tree to Python: %s", reason)
+        if failure:
+            _backend._native_failed("tree", reason)
+        python = RadixCache(
+            self.page_size,
+            self.is_eagle,
+            self.eviction_policy,
+            self.on_evict,
+            self.on_store,
+            self.on_remove,
+            tree="python",
+        )
+        python._value_kind, python._empty_value = self._value_kind, self._empty_value
+        try:
+            self._rebuild_into(python)
+        except Exception as exc:  # an unreadable tree: SGLang recomputes what it held
+            logger.warning(
+                "the native tree could not be read (%s: %s); its entries are dropped", type(exc).__name__, exc
+            )
+            python.reset()
+            root = cast(NativeNode, self.root_node)
+            self._python_nodes = {(self._epoch, 0, root._generation): python.root_node}
+        self._python = python
+        self.root_node = python.root_node
+        self._handles = weakref.WeakValueDictionary()
+        self._page_hashes = {}
+        self._tree = None
+
+    def _rebuild_into(self, python: RadixCache) -> None:
+        """Copy every node, with its state, and the eviction order into ``python``."""
+        tree, epoch = self._tree, self._epoch
+        root_generation = tree.root_generation()
+        nodes = self._python_nodes = {(epoch, 0, root_generation): python.root_node}
+        leaves: list[tuple[int, TreeNode]] = []
+        stack = [(0, root_generation, python.root_node)]
+        count = 0
+        while stack:
+            node_id, generation, made = stack.pop()
+            for child_id, child_generation in tree.node_state(node_id, generation)["children"]:
+                state = tree.node_state(child_id, child_generation)
+                child = TreeNode(
+                    self._key_of(state["tokens"], state["namespace"]), self._from_int64(state["values"]), made
+                )
+                for field in ("lock_ref", "hit_count", "priority", "last_access_time", "creation_time"):
+                    setattr(child, field, state[field])
+                child.id = child_id
+                child.page_hashes = self._page_hashes.get(child_id)
+                made.children[child.key.child_key(self.page_size)] = child
+                nodes[epoch, child_id, child_generation] = child
+                if state["heap_stamp"] >= 0:
+                    leaves.append((state["heap_stamp"], child))
+                stack.append((child_id, child_generation, child))
+                count += 1
+        python._evictable_size = tree.evictable_size()
+        python._protected_size = tree.protected_size()
+        python._node_count = count
+        for _, leaf in sorted(leaves, key=lambda entry: entry[0]):  # same order among equal keys
+            python._reprioritize(leaf)
+
+    def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        if self._python is not None:
+            return self._python._path_to_root(self._resolved(node))
+        self._ids(node)
+        path = []
+        while node is not self.root_node:
+            path.append(node)
+            node = node.parent  # type: ignore[assignment]
+        return path

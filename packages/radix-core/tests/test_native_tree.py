@@ -1,0 +1,139 @@
+"""RadixCache on radix-native's tree: what only that tree has (the cache tests run on both trees
+through ``backend_name``): which tree a cache gets, handles, the garbage collector, and moving to a
+Python tree without losing anything."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from array import array
+
+import pytest
+
+from cache_invariants import check_invariants
+from radix_core import RadixCache, RadixKey, TreeNode, _backend
+from radix_core.testing import expected_backend
+
+
+@pytest.fixture
+def native_tree():
+    """The native tree module; a native session without it fails, others skip."""
+    module = _backend.native_tree_module()
+    if module is None:
+        if expected_backend() == "native":
+            pytest.fail(f"this session needs radix-native's tree, but: {_backend.backend().reason}")
+        pytest.skip("radix-native's tree is not in use")
+    return module
+
+
+def test_which_tree_a_cache_gets(native_tree):
+    assert RadixCache(tree="native").tree_kind == "native"
+    assert RadixCache(tree="python").tree_kind == "python"
+    mine = type("Mine", (TreeNode,), {"__slots__": ()})
+    assert RadixCache(node_class=mine, tree="native").tree_kind == "python"
+    with pytest.raises(ValueError, match="tree must be one of"):
+        RadixCache(tree="rust")
+    with _backend.tree_by_default("native"):
+        assert RadixCache().tree_kind == "native"
+        with _backend.python_reference_only():
+            assert RadixCache().tree_kind == "python"
+    with _backend.tree_by_default("python"):
+        assert RadixCache().tree_kind == "python"
+
+
+def test_a_filled_cache_adds_no_object_per_node_to_the_garbage_collectors_walk(native_tree):
+    gc.collect()
+    before = len(gc.get_objects())
+    cache = RadixCache(page_size=1, tree="native")
+    for request in range(500):
+        cache.insert(array("q", [request % 7, request % 11, request, request + 1, request * 3]))
+    assert cache.node_count() > 500
+    gc.collect()
+    assert len(gc.get_objects()) - before < 50
+
+
+def test_one_handle_per_node_while_held_and_none_after(native_tree):
+    cache = RadixCache(tree="native")
+    last = cache.insert([1, 2, 3]).last_node
+    assert cache.match_prefix([1, 2, 3]).last_node is last
+    assert cache.root_node.children[1] is last and last.parent is cache.root_node
+    assert (last.key, list(last.value), last.lock_ref) == (RadixKey([1, 2, 3]), [1, 2, 3], 0)
+    cache.reset()
+    with pytest.raises(ValueError, match="not \\(or no longer\\) in this cache"):
+        cache.inc_lock_ref(last)
+    with pytest.raises(ValueError, match="not \\(or no longer\\) in this cache"):
+        _ = last.key
+    with pytest.raises(ValueError, match="not \\(or no longer\\) in this cache"):
+        cache.inc_lock_ref(RadixCache(tree="python").insert([1]).last_node)
+
+
+def test_removed_nodes_keep_their_key_value_and_page_hashes(native_tree):
+    removed: list[TreeNode] = []
+    cache = RadixCache(page_size=2, on_remove=removed.append, tree="native")
+    node = cache.insert(RadixKey([1, 2, 3, 4], extra_key="tenant")).last_node
+    node.page_hashes = ["a", "b"]
+    upper = cache.match_prefix(RadixKey([1, 2, 9, 9], extra_key="tenant")).last_node
+    assert (upper.page_hashes, node.page_hashes) == (["a"], ["b"]), "a split cuts them with the node"
+    assert cache.evict(4) == 4
+    assert [(n.key, list(n.value), n.page_hashes, n.parent) for n in removed] == [
+        (RadixKey([3, 4], extra_key="tenant"), [3, 4], ["b"], None),
+        (RadixKey([1, 2], extra_key="tenant"), [1, 2], ["a"], None),
+    ]
+
+
+def test_values_it_cannot_hold_give_a_python_tree_while_empty(native_tree, caplog):
+    cache = RadixCache(tree="native")
+    with caplog.at_level(logging.WARNING, logger="radix_core"):
+        cache.insert([1, 2], [10, 2**70])
+    assert cache.tree_kind == "python" and not caplog.records
+    assert cache.match_prefix([1, 2]).indices == [10, 2**70]
+
+
+def test_a_later_value_it_cannot_hold_moves_the_tree_to_python_with_nothing_lost(native_tree, caplog):
+    np = pytest.importorskip("numpy")
+    freed: list = []
+    cache = RadixCache(eviction_policy="lru", on_evict=freed.append, tree="native")
+    locked = cache.insert([1, 2, 3], np.array([10, 20, 30], dtype=np.uint64)).last_node
+    cache.insert([1, 2, 4], np.array([10, 20, 40], dtype=np.uint64))
+    cache.inc_lock_ref(locked)
+    with caplog.at_level(logging.WARNING, logger="radix_core"):
+        cache.insert([5], np.array([2**63], dtype=np.uint64))
+    assert cache.tree_kind == "python" and "moves its tree to Python" in caplog.text
+    assert _backend.backend().active == "native", "an odd value is no native failure"
+    assert list(cache.match_prefix([1, 2, 3]).indices) == [10, 20, 30]
+    assert list(cache.match_prefix([5]).indices) == [2**63]
+    assert (cache.evictable_size(), cache.protected_size(), cache.node_count()) == (2, 3, 4)
+    assert cache.dec_lock_ref(locked) == 3, "handles given out before resolve to the rebuilt nodes"
+    assert locked.lock_ref == 0 and list(locked.value) == [30]
+    check_invariants(cache)
+    assert cache.evict(10) == 5 and sorted(int(v) for value in freed for v in value) == [10, 20, 30, 40, 2**63]
+
+
+def test_a_failing_native_tree_moves_to_python_once_and_keeps_serving(native_tree, monkeypatch, caplog):
+    failures: list[str] = []
+    monkeypatch.setattr(_backend, "_native_failed", lambda kernel, reason: failures.append(f"{kernel}: {reason}"))
+    cache = RadixCache(tree="native")
+    held = cache.insert([1, 2, 3]).last_node
+    cache.inc_lock_ref(held)
+
+    monkeypatch.setattr(cache, "_tree", _MatchRaises(cache._tree))
+    with caplog.at_level(logging.WARNING, logger="radix_core"):
+        result = cache.match_prefix([1, 2, 3, 4])
+    assert result.prefix_len == 3 and list(result.indices) == [1, 2, 3]
+    assert cache.tree_kind == "python" and failures == ["tree: match raised RuntimeError: arena corrupted"]
+    assert caplog.text.count("moves its tree to Python") == 1
+    assert cache.protected_size() == 3 and cache.dec_lock_ref(held) == 3
+    check_invariants(cache)
+
+
+class _MatchRaises:
+    """A native tree whose match raises, as a broken kernel would."""
+
+    def __init__(self, tree):
+        self.tree = tree
+
+    def match(self, *args):
+        raise RuntimeError("arena corrupted")
+
+    def __getattr__(self, name):
+        return getattr(self.tree, name)
