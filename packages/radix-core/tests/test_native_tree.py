@@ -137,3 +137,14 @@ class _MatchRaises:
 
     def __getattr__(self, name):
         return getattr(self.tree, name)
+
+
+def test_a_key_array_is_read_in_place_while_a_node_keeps_it(native_tree):
+    cache = RadixCache(tree="native")
+    tokens = array("q", [1, 2, 3])
+    cache.insert(RadixKey(tokens))
+    with pytest.raises(BufferError):
+        tokens.append(4)  # the Python tree keeps the same window, but could not stop this
+    assert cache.evict(3) == 3
+    tokens.append(4)
+    assert list(cache.match_prefix([1, 2, 3]).indices) == []

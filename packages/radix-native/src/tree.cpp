@@ -1,13 +1,15 @@
-// The radix tree itself, outside the Python heap (issue 19, slice 1: the core, not yet wired in).
+// The radix tree itself, outside the Python object graph (issue 19): use it through radix_core.
 //
 // The same tree as radix_core.RadixCache's Python one, operation by operation: the same splits,
 // the same sizes, and the same eviction order (the heap holds the same entries in the same order,
 // stamped the same way; times come from the caller, never from a C++ clock). Nodes live in an
 // arena, found again by (id, generation); children by one hash map keyed by the parent, the
-// namespace and the first page of units; keys as the raw int64 tokens a node covers (k + 1 for k
-// bigram units); values as int64. Answers are bytearrays of int64 values, which the caller wraps
-// once. Nothing here calls back into Python, and a call makes Python objects only once the tree is
-// whole again (an allocation may run a collection, and a collection finalizers).
+// namespace and the first page of units. A node's key is a window of the raw int64 tokens (k + 1
+// for k bigram units) of the caller's own array where it covers at least half of it (held through
+// a buffer export), else a copy; its values a copy in a bytearray that eviction hands out as it is.
+// Neither is tracked by Python's collector. Nothing here calls back into Python, and a call makes
+// Python objects, or lets go of them, only once the tree is whole again (an allocation may run a
+// collection, a collection finalizers, and freeing an array its weakref callbacks).
 
 #include <pybind11/pybind11.h>
 
@@ -28,7 +30,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
-constexpr int kTreeAbi = 2;
+constexpr int kTreeAbi = 3;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 
@@ -44,58 +46,123 @@ Policy policy_named(const std::string& name) {
     throw py::value_error("unknown eviction policy '" + name + "'; use one of: lru, lfu, fifo, mru, filo, priority");
 }
 
-// A node's tokens or values: a window [start, start + length) of a buffer the node owns alone. A
-// split keeps the larger part as a window of the buffer and copies the smaller (the Python tree's
-// rule); a window under half of its buffer is copied out, so no buffer is kept for less than half.
+// A buffer of int64 items the tree reads in place, shared by the spans cut from it: a bytearray
+// the tree made (a copy), or the caller's own key array, held through a buffer export so that it
+// cannot be resized while the tree reads it (and taken out of the collector's walk). Neither holds
+// references, so Python's collector never walks them. Releasing one may run Python code (an array's weakref callbacks), so a store
+// no span uses any more waits in released_stores() until the running call has left the tree whole.
+struct Store {
+    PyObject* bytes = nullptr;  // a bytearray the tree made, or
+    Py_buffer view{};           // the caller's buffer (view.obj set)
+    const int64_t* data = nullptr;
+    size_t size = 0;
+    size_t refs = 0;
+};
+
+std::vector<Store*>& released_stores() {  // guarded by the GIL, as every tree call holds it
+    static std::vector<Store*> released;
+    return released;
+}
+
+// Lets go of the stores no span uses; call only where no tree is in the middle of a change.
+void free_released_stores() {
+    std::vector<Store*> now;
+    now.swap(released_stores());
+    for (Store* store : now) {
+        if (store->bytes != nullptr) {
+            Py_DECREF(store->bytes);
+        } else {
+            PyBuffer_Release(&store->view);
+        }
+        delete store;
+    }
+}
+
+// A new bytearray store holding a copy of `count` items (MemoryError leaves nothing behind).
+Store* copied_store(const int64_t* from, size_t count) {
+    PyObject* bytes = PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(from),
+                                                    static_cast<Py_ssize_t>(count * sizeof(int64_t)));
+    if (bytes == nullptr) throw py::error_already_set();
+    Store* store = new Store;
+    store->bytes = bytes;
+    store->data = reinterpret_cast<const int64_t*>(PyByteArray_AS_STRING(bytes));
+    store->size = count;
+    return store;
+}
+
+// The caller's array('q') as a store read in place, or nullptr for any other buffer (the tree
+// then copies what it keeps): only an array is known to stay unchanged while exported.
+Store* borrowed_store(PyObject* tokens) {
+    if (std::strcmp(Py_TYPE(tokens)->tp_name, "array.array") != 0) return nullptr;
+    Store* store = new Store;
+    if (PyObject_GetBuffer(tokens, &store->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+        delete store;
+        throw py::error_already_set();
+    }
+    const Py_buffer& view = store->view;
+    if (view.ndim != 1 || view.itemsize != 8 || view.format == nullptr ||
+        (std::strcmp(view.format, "q") != 0 && std::strcmp(view.format, "l") != 0)) {
+        PyBuffer_Release(&store->view);
+        delete store;
+        return nullptr;
+    }
+    store->data = static_cast<const int64_t*>(view.buf);
+    store->size = static_cast<size_t>(view.len) / sizeof(int64_t);
+    // Out of the collector's walk, as CPython does with tuples of atoms: an array references
+    // nothing but its type, so it can close no cycle the collector would have to find.
+    if (PyObject_GC_IsTracked(tokens)) PyObject_GC_UnTrack(tokens);
+    return store;
+}
+
+// A node's tokens or values: a window [start, start + length) of a store, counted among its users.
 class Span {
   public:
-    const int64_t* data() const { return buffer_.data() + start_; }
+    Span() = default;
+    Span(Store* store, size_t start, size_t length) : store_(store), start_(start), length_(length) {
+        store_->refs += 1;
+    }
+    Span(const Span&) = delete;
+    Span& operator=(const Span&) = delete;
+    Span(Span&& other) noexcept : store_(other.store_), start_(other.start_), length_(other.length_) {
+        other.store_ = nullptr;
+        other.start_ = other.length_ = 0;
+    }
+    Span& operator=(Span&& other) noexcept {
+        if (this != &other) {
+            release();
+            store_ = other.store_;
+            start_ = other.start_;
+            length_ = other.length_;
+            other.store_ = nullptr;
+            other.start_ = other.length_ = 0;
+        }
+        return *this;
+    }
+    ~Span() { release(); }
+
+    const int64_t* data() const { return store_ == nullptr ? nullptr : store_->data + start_; }
     size_t size() const { return length_; }
     const int64_t* begin() const { return data(); }
     const int64_t* end() const { return data() + length_; }
+    const Store* store() const { return store_; }
+    size_t start() const { return start_; }
 
-    void assign(const int64_t* from, size_t count) {
-        buffer_.assign(from, from + count);
-        start_ = 0;
-        length_ = count;
+    // Items [from, from + count) as a span of their own: this span's store where they are at
+    // least half of it, else a copy (no store is kept for less than half its items: the Python
+    // tree's rule for keys and values). May raise MemoryError; changes nothing.
+    Span part(size_t from, size_t count) const {
+        if (2 * count >= store_->size) return Span(store_, start_ + from, count);
+        return Span(copied_store(data() + from, count), 0, count);
     }
 
     void release() {
-        std::vector<int64_t>().swap(buffer_);
+        if (store_ != nullptr && --store_->refs == 0) released_stores().push_back(store_);
+        store_ = nullptr;
         start_ = length_ = 0;
     }
 
-    // Cuts the span in two: returns items [0, upper) and keeps [lower_from, size()); the two
-    // overlap where lower_from < upper (a bigram key's shared token).
-    Span cut_front(size_t upper, size_t lower_from) {
-        Span front;
-        size_t rest = length_ - lower_from;
-        if (upper <= rest) {
-            front.assign(data(), upper);
-            start_ += lower_from;
-            length_ = rest;
-            compact_if_sparse();
-        } else {
-            Span back;
-            back.assign(data() + lower_from, rest);
-            front = std::move(*this);
-            front.length_ = upper;
-            front.compact_if_sparse();
-            *this = std::move(back);
-        }
-        return front;
-    }
-
   private:
-    void compact_if_sparse() {
-        if (2 * length_ < buffer_.size()) {
-            std::vector<int64_t> kept(data(), data() + length_);
-            buffer_.swap(kept);
-            start_ = 0;
-        }
-    }
-
-    std::vector<int64_t> buffer_;
+    Store* store_ = nullptr;
     size_t start_ = 0;
     size_t length_ = 0;
 };
@@ -153,6 +220,17 @@ py::object int64_bytes(const int64_t* values, size_t count) {
     return py::reinterpret_steal<py::object>(out);
 }
 
+// Raw tokens [start, stop) of a key buffer (stop -1: its end); ValueError outside it.
+Int64View window(const Int64View& all, int64_t start, int64_t stop) {
+    int64_t size = static_cast<int64_t>(all.size);
+    if (stop < 0) stop = size;
+    if (start < 0 || start > stop || stop > size) {
+        throw py::value_error("key window [" + std::to_string(start) + ", " + std::to_string(stop) +
+                              ") is outside a buffer of " + std::to_string(size) + " tokens");
+    }
+    return {all.data + start, static_cast<size_t>(stop - start)};
+}
+
 class Tree {
   public:
     Tree(int64_t page_size, bool bigram, const std::string& policy)
@@ -164,8 +242,15 @@ class Tree {
         reset();
     }
 
+    ~Tree() {
+        nodes_.clear();
+        taken_.clear();
+        free_released_stores();
+    }
+
     void reset() {
-        nodes_.assign(1, Node{});
+        nodes_.clear();
+        nodes_.emplace_back();
         free_.clear();
         children_.clear();
         heap_.clear();
@@ -176,12 +261,13 @@ class Tree {
         evictable_ = protected_ = 0;
         node_count_ = 0;
         next_stamp_ = 0;
+        free_released_stores();
     }
 
     // (prefix units, last node id, its generation, the matched values as int64 bytes)
-    py::tuple match(const py::buffer& tokens, int64_t ns, const py::buffer& times) {
+    py::tuple match(const py::buffer& tokens, int64_t ns, const py::buffer& times, int64_t key_start, int64_t key_stop) {
         py::buffer_info held = tokens.request();
-        Int64View key = int64_view(held, "tokens");
+        Int64View key = window(int64_view(held, "tokens"), key_start, key_stop);
         py::buffer_info held_times = times.request();
         double now = start_clock(held_times);
         size_t units = aligned_units(key.size);
@@ -193,7 +279,9 @@ class Tree {
         uint32_t last = path_.back();
         reprioritize(last);
         py::object values = joined_values(path_.begin(), path_.end());
-        return py::make_tuple(ends_.back(), last, nodes_[last].generation, values);
+        py::tuple answer = py::make_tuple(ends_.back(), last, nodes_[last].generation, values);
+        free_released_stores();
+        return answer;
     }
 
     // (units already cached, last node id, its generation): RadixCache.insert. values[i] is the
@@ -201,12 +289,12 @@ class Tree {
     // whose path spells the key's first units; split_at (or -1) a unit where the new part is cut.
     py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
                      int64_t inserted_len, const py::buffer& times, int64_t value_offset, uint32_t known_path,
-                     uint32_t known_generation, int64_t split_at) {
+                     uint32_t known_generation, int64_t split_at, int64_t key_start, int64_t key_stop) {
         py::buffer_info held_key = tokens.request();
         py::buffer_info held_values = values.request();
         py::buffer_info held_times = times.request();
         double now = start_clock(held_times);
-        Int64View key = int64_view(held_key, "tokens");
+        Int64View key = window(int64_view(held_key, "tokens"), key_start, key_stop);
         Int64View value = int64_view(held_values, "values");
         size_t units = aligned_units(key.size);
         if (value_offset < 0) throw py::value_error("value_offset must be >= 0");
@@ -243,15 +331,33 @@ class Tree {
             if (split_at >= 0 && static_cast<size_t>(split_at) > position && static_cast<size_t>(split_at) < units) {
                 cut = static_cast<size_t>(split_at);
             }
+            // The pieces' keys (windows of the caller's array where they are at least half of it)
+            // and values (copies), made before the tree changes: a copy may raise MemoryError.
+            Store* borrowed = borrowed_store(tokens.ptr());
+            Span whole_key = borrowed != nullptr ? Span(borrowed, 0, borrowed->size) : Span();
+            size_t key_offset = static_cast<size_t>(key_start);
+            auto key_part = [&](size_t from, size_t stop) {
+                size_t count = stop + bigram_ - from;
+                if (borrowed != nullptr) return whole_key.part(key_offset + from, count);
+                return Span(copied_store(key.data + from, count), 0, count);
+            };
+            auto value_part = [&](size_t from, size_t stop) {
+                return Span(copied_store(value.data + (from - offset), stop - from), 0, stop - from);
+            };
+            Span upper_tokens = key_part(position, cut);
+            Span upper_values = value_part(position, cut);
+            Span lower_tokens = cut < units ? key_part(cut, units) : Span();
+            Span lower_values = cut < units ? value_part(cut, units) : Span();
+            whole_key.release();
             // Made lowest first, as a later split of one node would make them; linked top down.
             uint32_t lower = cut < units ? make_node(kNone, ns, priority) : kNone;
             uint32_t upper = make_node(kNone, ns, priority);
             int64_t hit = static_cast<int64_t>(units) > inserted_len ? 1 : 0;
-            fill(upper, key, value, position, cut, offset, hit);
+            fill(upper, std::move(upper_tokens), std::move(upper_values), hit);
             link(node, upper);
             node = upper;
             if (lower != kNone) {
-                fill(lower, key, value, cut, units, offset, hit);
+                fill(lower, std::move(lower_tokens), std::move(lower_values), hit);
                 link(upper, lower);
                 node = lower;
             }
@@ -259,11 +365,14 @@ class Tree {
             evictable_ += static_cast<int64_t>(units - position);
             reprioritize(node);
         }
-        return py::make_tuple(position, node, nodes_[node].generation);
+        py::tuple answer = py::make_tuple(position, node, nodes_[node].generation);
+        free_released_stores();
+        return answer;
     }
 
-    // (units evicted, their values as int64 bytes, [(node id, units, namespace, tokens)] in
-    // eviction order); tokens are the node's raw tokens as int64 bytes if `keys`, else None.
+    // (units evicted, [(node id, units, namespace, tokens, values, start)] in eviction order):
+    // a node's values are items [start, start + units) of `values`, a bytearray the tree no
+    // longer writes (handed out, not copied); tokens are its raw tokens as int64 bytes if `keys`.
     py::tuple evict(int64_t num_units, bool keys) {
         if (num_units < 0) throw py::value_error("num_tokens must be >= 0");
         int64_t evicted = 0;
@@ -285,15 +394,6 @@ class Tree {
             evicted += units;
         }
         // Python objects only once the tree is whole again (an allocation may run a collection).
-        PyObject* freed = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(evicted * sizeof(int64_t)));
-        if (freed == nullptr) throw py::error_already_set();
-        py::object values = py::reinterpret_steal<py::object>(freed);
-        char* at = PyByteArray_AS_STRING(freed);
-        for (Taken& t : taken_) {
-            if (t.units != 0) std::memcpy(at, t.values.data(), t.values.size() * sizeof(int64_t));
-            at += t.values.size() * sizeof(int64_t);
-            t.values.release();
-        }
         py::list taken(taken_.size());
         size_t raw_at = 0;
         for (size_t i = 0; i < taken_.size(); ++i) {
@@ -303,9 +403,12 @@ class Tree {
                 tokens = int64_bytes(taken_tokens_.data() + raw_at, t.raw);
                 raw_at += t.raw;
             }
-            taken[i] = py::make_tuple(t.id, t.units, t.ns, tokens);
+            py::object values = py::reinterpret_borrow<py::object>(t.values.store()->bytes);
+            taken[i] = py::make_tuple(t.id, t.units, t.ns, tokens, values, t.values.start());
         }
-        return py::make_tuple(evicted, values, taken);
+        taken_.clear();
+        free_released_stores();
+        return py::make_tuple(evicted, taken);
     }
 
     // The splits the last match or insert made, in order: (lower node id, new upper node id, units
@@ -496,14 +599,22 @@ class Tree {
 
     // RadixCache._split: cut `child` after `at` units; returns the new upper node.
     uint32_t split(uint32_t child_id, size_t at) {
-        uint32_t parent = nodes_[child_id].parent;
-        uint32_t upper = make_node(parent, nodes_[child_id].ns, nodes_[child_id].priority);
+        // The two parts first (a copy may raise MemoryError): the tree is unchanged until they exist.
+        const Node& old = nodes_[child_id];
+        Span upper_tokens = old.tokens.part(0, at + bigram_);
+        Span lower_tokens = old.tokens.part(at, old.tokens.size() - at);
+        Span upper_values = old.values.part(0, at);
+        Span lower_values = old.values.part(at, old.values.size() - at);
+        uint32_t parent = old.parent;
+        uint32_t upper = make_node(parent, old.ns, old.priority);
         Node& child = nodes_[child_id];  // after make_node: the arena may have moved
         Node& made = nodes_[upper];
         // The upper node takes the child's place (same first page), then the child goes below it.
         remove_child_entry(parent, child_id);
-        made.tokens = child.tokens.cut_front(at + bigram_, at);
-        made.values = child.values.cut_front(at, at);
+        made.tokens = std::move(upper_tokens);
+        made.values = std::move(upper_values);
+        child.tokens = std::move(lower_tokens);
+        child.values = std::move(lower_values);
         made.hit_count = child.hit_count;
         made.lock_ref = child.lock_ref;
         replace_sibling(child_id, upper);
@@ -690,12 +801,11 @@ class Tree {
         return delta;
     }
 
-    // A new node's key units [start, stop) and their values (value[i] is unit offset + i's).
-    void fill(uint32_t id, const Int64View& key, const Int64View& value, size_t start, size_t stop, size_t offset,
-              int64_t hit) {
+    // A new node's key and values.
+    void fill(uint32_t id, Span tokens, Span values, int64_t hit) {
         Node& node = nodes_[id];
-        node.tokens.assign(key.data + start, stop + bigram_ - start);
-        node.values.assign(value.data + (start - offset), stop - start);
+        node.tokens = std::move(tokens);
+        node.values = std::move(values);
         node.hit_count = hit;
     }
 
@@ -777,7 +887,7 @@ class Tree {
         int64_t units;
         int64_t ns;
         size_t raw;    // its raw tokens, in taken_tokens_ when asked for
-        Span values;   // until copied into the answer
+        Span values;   // until handed out
     };
     std::vector<Taken> taken_;
     std::vector<int64_t> taken_tokens_;
@@ -802,10 +912,12 @@ PYBIND11_MODULE(_tree, m) {
         .def(py::init<int64_t, bool, const std::string&>(), py::arg("page_size"), py::arg("bigram"),
              py::arg("policy"))
         .def("reset", &Tree::reset)
-        .def("match", &Tree::match, py::arg("tokens"), py::arg("namespace"), py::arg("times"))
+        .def("match", &Tree::match, py::arg("tokens"), py::arg("namespace"), py::arg("times"),
+             py::arg("key_start") = 0, py::arg("key_stop") = -1)
         .def("insert", &Tree::insert, py::arg("tokens"), py::arg("namespace"), py::arg("values"),
              py::arg("priority"), py::arg("inserted_len"), py::arg("times"), py::arg("value_offset") = 0,
-             py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1)
+             py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1,
+             py::arg("key_start") = 0, py::arg("key_stop") = -1)
         .def("evict", &Tree::evict, py::arg("num_units"), py::arg("keys") = false)
         .def("last_splits", &Tree::last_splits)
         .def("inc_lock_ref", &Tree::inc_lock_ref, py::arg("node"), py::arg("generation"))

@@ -10,6 +10,7 @@ tick, and the native tree is given the times the Python tree read in the same ca
 
 from __future__ import annotations
 
+import gc
 import itertools
 import types
 from array import array
@@ -187,9 +188,10 @@ class TreeAgainstPython(RuleBasedStateMachine):
     def evict(self, units: int) -> None:
         self.freed.clear()
         evicted = self.python.evict(units)
-        native_evicted, values, taken = self.native.evict(units)
+        native_evicted, taken = self.native.evict(units)
         assert native_evicted == evicted
-        assert native_bytes(values) == self.freed
+        freed = [item for _, n, _, _, values, start in taken for item in native_bytes(values)[start : start + n]]
+        assert freed == self.freed
         assert sum(entry[1] for entry in taken) == evicted
 
     @precondition(lambda self: self.nodes)
@@ -247,7 +249,7 @@ TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=
 
 
 def test_abi_is_what_this_release_expects():
-    assert _tree.TREE_ABI == 2
+    assert _tree.TREE_ABI == 3
 
 
 @pytest.mark.parametrize("bad", [array("i", [1, 2]), array("d", [1.0]), b"abcdefgh", [1, 2]])
@@ -278,6 +280,34 @@ def test_a_node_that_is_gone_is_told_apart_from_its_slots_next_tenant():
     with pytest.raises(ValueError, match=r"not \(or no longer\) in this cache"):
         tree.inc_lock_ref(node, generation)
     assert tree.inc_lock_ref(again, again_generation) == -1
+
+
+def test_a_key_array_the_tree_reads_in_place_cannot_be_resized_until_its_node_goes():
+    tree = _tree.Tree(1, False, "lru")
+    times = array("d", [1.0])
+    key = array("q", [1, 2, 3, 4])
+    tree.insert(key, 0, array("q", [5, 6, 7, 8]), 0, 0, times)
+    with pytest.raises(BufferError):
+        key.append(9)  # the node keeps a window of it
+    assert not gc.is_tracked(key), "out of the collector's walk: it references nothing"
+    short = array("q", [1, 2, 3, 4, 0])
+    assert tree.insert(short, 0, array("q", [5, 6, 7, 8, 9]), 0, 0, times)[0] == 4
+    short.append(1)  # its new node covers 1 token of 5: a copy, the array is free
+    assert tree.evict(8)[0] == 5
+    key.append(9)  # let go with its node
+    assert tree.match(array("q", [1, 2]), 0, times)[0] == 0
+
+
+def test_a_key_window_and_evicted_values_are_read_in_place():
+    tree = _tree.Tree(1, False, "lru")
+    times = array("d", [1.0])
+    key = array("q", [7, 1, 2, 3, 7])
+    assert tree.insert(key, 0, array("q", [10, 20, 30]), 0, 0, times, key_start=1, key_stop=4)[0] == 0
+    assert tree.match(array("q", [0, 1, 2, 3]), 0, times, key_start=1)[0] == 3
+    with pytest.raises(ValueError, match="key window"):
+        tree.match(key, 0, times, key_start=3, key_stop=2)
+    evicted, [(_, units, _, _, values, start)] = tree.evict(3)
+    assert (evicted, native_bytes(values)[start : start + units]) == (3, [10, 20, 30])
 
 
 DAEMONS_AT_EXIT = """

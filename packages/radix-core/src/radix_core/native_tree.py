@@ -1,18 +1,21 @@
-"""RadixCache on radix-native's tree: the nodes live outside the Python heap (issue 19).
+"""RadixCache on radix-native's tree: no Python object per node (issue 19).
 
 A filled Python tree is about three gc-tracked objects a node, which every full collection in a
-serving process walks. Here radix-native's ``Tree`` holds nodes, keys, values, locks and the
-eviction heap; Python holds the cache and a handle per node someone asked for (``NativeNode``,
-made on demand, one per node while it is referenced), never one object per node. The answers are
-the Python tree's, operation by operation (``radix-native/tests/test_tree.py`` and every
-radix-core cache test run on both).
+serving process walks. Here radix-native's ``Tree`` holds nodes, locks and the eviction heap in
+C++, each node's key as a window of the caller's own ``array('q')`` (as the Python tree keeps it;
+held through a buffer export, so resizing that array raises BufferError while the tree reads it,
+and taken out of the collector's walk, since an array references nothing) and its values as a
+copy in a bytearray that eviction hands to ``on_evict`` as a view. Python holds the cache and a
+handle per node someone asked for (``NativeNode``, made on demand, one per node while it is
+referenced), never one object per node. The answers are the Python tree's, operation by operation
+(``radix-native/tests/test_tree.py``, and every radix-core cache test runs on both).
 
 The native tree holds int64 values (int64 torch tensors on the CPU, int64 ndarrays,
-``array('q')``); a cache whose first value is of another kind (lists, other dtypes, device
-tensors) becomes the Python tree while still empty. A later value the native tree cannot hold
-losslessly, or a native failure (logged once; the process then makes no new native trees), moves
-the cache to the Python tree, rebuilt from the native one: handles given out before resolve to the
-rebuilt nodes, and nothing cached is lost.
+``array('q')``); a cache whose first value is of another kind (lists, device tensors) becomes the
+Python tree while still empty. A later value the native tree cannot hold losslessly, or a native
+failure (logged once; the process then makes no new native trees), moves the cache to the Python
+tree, rebuilt from the native one: handles given out before resolve to the rebuilt nodes, and
+nothing cached is lost.
 """
 
 from __future__ import annotations
@@ -150,7 +153,9 @@ class NativeRadixCache(RadixCache):
         key = self._as_cache_key(key).page_aligned(self.page_size)
         namespace = self._namespace(key.extra_key)
         try:
-            length, node_id, generation, values = self._tree.match(self._raw(key), namespace, _times(3))
+            length, node_id, generation, values = self._tree.match(
+                key._tokens, namespace, _times(3), key._start, key._stop
+            )
         except _CALLER_ERRORS:
             raise
         except Exception as exc:
@@ -197,7 +202,7 @@ class NativeRadixCache(RadixCache):
             return on_python()
         try:
             position, node_id, generation = self._tree.insert(
-                self._raw(cache_key),
+                cache_key._tokens,
                 self._namespace(cache_key.extra_key),
                 values,
                 0 if priority is None else priority,
@@ -207,6 +212,8 @@ class NativeRadixCache(RadixCache):
                 known[0],
                 known[1],
                 -1 if split_at is None else split_at,
+                cache_key._start,
+                cache_key._stop,
             )
         except _CALLER_ERRORS:
             raise
@@ -230,14 +237,14 @@ class NativeRadixCache(RadixCache):
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
         try:
-            evicted, values, taken = self._tree.evict(num_tokens, self.on_remove is not None)
+            evicted, taken = self._tree.evict(num_tokens, self.on_remove is not None)
         except Exception as exc:
             self._move_to_python(f"evict raised {type(exc).__name__}: {exc}", failure=True)
             return self.evict(num_tokens)
         if not taken:
             return evicted
-        parts = self._parts_of(values, [entry[1] for entry in taken])
-        for (node_id, _, namespace, tokens), part in zip(taken, parts):
+        for node_id, units, namespace, tokens, values, start in taken:
+            part = self._view_of(values, start, units)
             hashes = self._page_hashes.pop(node_id, None)
             if self.on_evict is not None:
                 self.on_evict(part)
@@ -394,11 +401,6 @@ class NativeRadixCache(RadixCache):
         raw.frombytes(tokens)
         return RadixKey._window(raw, 0, len(raw), self._namespace_keys[namespace], self.is_eagle)
 
-    @staticmethod
-    def _raw(key: RadixKey) -> memoryview:
-        """A key's raw tokens as the tree reads them (no copy)."""
-        return memoryview(key._tokens)[key._start : key._stop]
-
     def _int64(self, kind: ValueKind, value: Any) -> Any:
         """``value`` as a contiguous int64 buffer the tree reads, or None where the native tree
         cannot hold it losslessly."""
@@ -444,22 +446,18 @@ class NativeRadixCache(RadixCache):
         joined.frombytes(values)
         return joined
 
-    def _parts_of(self, values: bytearray, sizes: list[int]) -> list[Any]:
-        """The tree's int64 bytes cut into values of ``sizes`` items, of this cache's kind
-        (views of one tensor or ndarray; arrays, which cannot share, one copy each)."""
-        if self._value_kind is not None and self._value_kind.name in ("torch", "numpy"):
-            joined, start, parts = self._from_int64(values), 0, []
-            for size in sizes:
-                parts.append(joined[start : start + size])
-                start += size
-            return parts
-        view, start, parts = memoryview(values), 0, []
-        for size in sizes:
-            part = array("q")
-            part.frombytes(view[8 * start : 8 * (start + size)])
-            parts.append(part)
-            start += size
-        return parts
+    def _view_of(self, values: bytearray, start: int, count: int) -> Any:
+        """Items [start, start + count) of a bytearray the tree handed out, as one value of this
+        cache's kind (a view for tensors and ndarrays; an array, which cannot share, a copy)."""
+        name = self._value_kind.name  # type: ignore[union-attr]
+        if name == "torch":
+            torch = sys.modules["torch"]
+            return torch.frombuffer(values, dtype=torch.int64, count=count, offset=8 * start)
+        if name == "numpy":
+            return sys.modules["numpy"].frombuffer(values, dtype="int64", count=count, offset=8 * start)
+        part = array("q")
+        part.frombytes(memoryview(values)[8 * start : 8 * (start + count)])
+        return part
 
     def _join_int64(self, parts: list[bytearray]) -> Any:
         """A match's values: the one int64 buffer the tree answered, as this cache's kind."""
