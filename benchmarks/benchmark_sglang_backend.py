@@ -23,6 +23,7 @@ Caches, each on a fresh pool per replay, in rotating order every round:
 - SGLang default: what create_tree_cache() builds without the flag (UnifiedRadixCache, Rust TreeCore)
 - SGLang RadixCache: SGLang's Python radix tree
 - radix native / radix pure: what ``--radix-cache-backend radix`` builds, radix-core native / Python
+- radix native tree: the same, its RadixCache on radix-native's tree (``RADIX_CORE_TREE=native``, issue 19)
 
 Cells: EAGLE on and off x KV capacities (unbounded, 1M, 200k tokens), LRU. Every cache must give
 the same prefix length to every request (else the run fails). Targets are checked on the
@@ -89,7 +90,7 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
 import scheduler_harness as sh  # noqa: E402
-from radix_core._backend import python_reference_only  # noqa: E402
+from radix_core._backend import python_reference_only, tree_by_default  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
@@ -203,6 +204,7 @@ IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
     BASELINE: default_cache,
     "SGLang RadixCache": lambda context: RadixCache(context.params),
     "radix native": backend_cache,
+    "radix native tree": backend_cache,
     "radix pure": backend_cache,
 }
 # With HiCache on, both SGLang's default and --radix-cache-backend radix are UnifiedRadixCache with
@@ -342,6 +344,9 @@ def run_one(
 ) -> tuple[list[float], list[float], list[float], list[tuple[int, int]], list]:
     if implementation.startswith("radix pure"):
         with python_reference_only():
+            return replay(implementation, *args)
+    if implementation.startswith("radix native tree"):
+        with tree_by_default("native"):
             return replay(implementation, *args)
     return replay(implementation, *args)
 

@@ -148,3 +148,15 @@ def test_a_key_array_is_read_in_place_while_a_node_keeps_it(native_tree):
     assert cache.evict(3) == 3
     tokens.append(4)
     assert list(cache.match_prefix([1, 2, 3]).indices) == []
+
+
+def test_namespaces_are_forgotten_with_their_last_node(native_tree):
+    cache = RadixCache(tree="native")
+    for salt in range(50):
+        cache.insert(RadixKey([1, 2, 3], extra_key=f"salt-{salt}"))
+        assert cache.match_prefix(RadixKey([1, 2], extra_key=f"other-{salt}")).prefix_len == 0
+    cache.insert([1, 2])
+    assert len(cache._namespaces) == 51
+    cache.evict(150)
+    assert cache._namespaces == {None: 0} and cache.match_prefix(RadixKey([1], extra_key="salt-3")).prefix_len == 0
+    assert cache.insert(RadixKey([1, 2, 3], extra_key="salt-3")).prefix_len == 0

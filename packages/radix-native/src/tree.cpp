@@ -252,6 +252,7 @@ class Tree {
         nodes_.clear();
         nodes_.emplace_back();
         free_.clear();
+        namespace_nodes_.clear();
         children_.clear();
         heap_.clear();
         Node& root = nodes_[kRoot];
@@ -485,6 +486,11 @@ class Tree {
     int64_t evictable_size() const { return evictable_; }
     int64_t protected_size() const { return protected_; }
     int64_t node_count() const { return node_count_; }
+    // Nodes in namespace `ns` (the caller may forget a namespace that has none).
+    int64_t namespace_nodes(int64_t ns) const {
+        auto counted = namespace_nodes_.find(ns);
+        return counted == namespace_nodes_.end() ? 0 : counted->second;
+    }
     size_t heap_size() const { return heap_.size(); }  // entries, stale ones included
     uint32_t root_generation() const { return nodes_[kRoot].generation; }
 
@@ -644,6 +650,7 @@ class Tree {
         node.alive = true;
         node.parent = parent;  // linked by the caller
         node.ns = ns;
+        namespace_nodes_[ns] += 1;
         node.priority = priority;
         node.last_access = next_time();
         node.creation = next_time();
@@ -652,6 +659,8 @@ class Tree {
 
     void release(uint32_t id) {
         Node& node = nodes_[id];
+        auto counted = namespace_nodes_.find(node.ns);
+        if (--counted->second == 0) namespace_nodes_.erase(counted);
         node.alive = false;
         node.generation += 1;
         node.tokens.release();
@@ -869,6 +878,7 @@ class Tree {
     Policy policy_;
     std::vector<Node> nodes_;
     std::vector<uint32_t> free_;
+    std::unordered_map<int64_t, int64_t> namespace_nodes_;  // live nodes per namespace, root excluded
     std::unordered_multimap<uint64_t, uint32_t> children_;
     std::vector<HeapEntry> heap_;
     int64_t evictable_ = 0;
@@ -932,5 +942,6 @@ PYBIND11_MODULE(_tree, m) {
         .def("protected_size", &Tree::protected_size)
         .def("node_count", &Tree::node_count)
         .def("heap_size", &Tree::heap_size)
+        .def("namespace_nodes", &Tree::namespace_nodes, py::arg("namespace"))
         .def("root_generation", &Tree::root_generation);
 }

@@ -10,6 +10,7 @@ tick, and the native tree is given the times the Python tree read in the same ca
 
 from __future__ import annotations
 
+import collections
 import gc
 import itertools
 import types
@@ -222,6 +223,17 @@ class TreeAgainstPython(RuleBasedStateMachine):
         assert self.native.protected_size() == self.python.protected_size()
         assert self.native.node_count() == self.python.node_count()
         assert self.shape(self.python.root_node, 0, self.native.root_generation()) is not None
+        per_namespace = collections.Counter(self.namespace_numbers[node.key.extra_key] for node in self.python_nodes())
+        for name, number in self.namespace_numbers.items():
+            assert self.native.namespace_nodes(number) == per_namespace[number], name
+
+    def python_nodes(self) -> list:
+        found, stack = [], list(self.python.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            found.append(node)
+            stack.extend(node.children.values())
+        return found
 
     def shape(self, python_node, node: int, generation: int) -> bool:
         state = self.native.node_state(node, generation)

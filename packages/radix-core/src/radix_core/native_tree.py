@@ -21,6 +21,7 @@ nothing cached is lost.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import sys
 import time
@@ -125,8 +126,10 @@ class NativeRadixCache(RadixCache):
         self._handles: weakref.WeakValueDictionary[tuple[int, int], NativeNode] = weakref.WeakValueDictionary()
         self._page_hashes: dict[int, Any] = {}
         self._held_tensor: Any = None  # a converted value's tensor, during the insert that reads it
+        # extra_key <-> the number the tree files it under, for namespaces that have nodes
         self._namespaces: dict[Hashable, int] = {None: 0}
-        self._namespace_keys: list[Hashable] = [None]
+        self._namespace_keys: dict[int, Hashable] = {0: None}
+        self._namespace_numbers = itertools.count(1)
         self._tree: Any = None  # made by reset(), once RadixCache checked the arguments
         super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class)
 
@@ -143,6 +146,7 @@ class NativeRadixCache(RadixCache):
         self._epoch += 1
         self._handles = weakref.WeakValueDictionary()
         self._page_hashes.clear()
+        self._namespaces, self._namespace_keys = {None: 0}, {0: None}
         self.root_node = self._handle(0, self._tree.root_generation())
         self._evictable_size = self._protected_size = self._node_count = 0
 
@@ -151,7 +155,7 @@ class NativeRadixCache(RadixCache):
         if self._python is not None:
             return self._python.match_prefix(key)
         key = self._as_cache_key(key).page_aligned(self.page_size)
-        namespace = self._namespace(key.extra_key)
+        namespace = self._namespaces.get(key.extra_key, -1)  # -1: a namespace with no node
         try:
             length, node_id, generation, values = self._tree.match(
                 key._tokens, namespace, _times(3), key._start, key._stop
@@ -250,6 +254,9 @@ class NativeRadixCache(RadixCache):
                 self.on_evict(part)
             if self.on_remove is not None:
                 self.on_remove(self._removed_node(node_id, namespace, tokens, part, hashes))
+        for namespace in {entry[2] for entry in taken}:
+            if namespace and not self._tree.namespace_nodes(namespace):  # its last node went
+                del self._namespaces[self._namespace_keys.pop(namespace)]
         return evicted
 
     def inc_lock_ref(self, node: TreeNode) -> int:
@@ -390,10 +397,11 @@ class NativeRadixCache(RadixCache):
     # ----- conversions ------------------------------------------------------------------------
 
     def _namespace(self, extra_key: Hashable) -> int:
+        """The number the tree files ``extra_key``'s nodes under (forgotten with its last node)."""
         number = self._namespaces.get(extra_key)
         if number is None:
-            number = self._namespaces[extra_key] = len(self._namespace_keys)
-            self._namespace_keys.append(extra_key)
+            number = self._namespaces[extra_key] = next(self._namespace_numbers)
+            self._namespace_keys[number] = extra_key
         return number
 
     def _key_of(self, tokens: Any, namespace: int) -> RadixKey:
