@@ -4,12 +4,12 @@
 // the same sizes, and the same eviction order (the heap holds the same entries in the same order,
 // stamped the same way; times come from the caller, never from a C++ clock). Nodes live in an
 // arena, found again by (id, generation); children by one hash map keyed by the parent, the
-// namespace and the first page of units. A node's key is a window of the raw int64 tokens (k + 1
-// for k bigram units) of the caller's own array where it covers at least half of it (held through
-// a buffer export), else a copy; its values a copy in a bytearray that eviction hands out as it is.
-// Neither is tracked by Python's collector. Nothing here calls back into Python, and a call makes
+// namespace and the first page of units. A node's key (its raw int64 tokens: k + 1 for k bigram
+// units) and its values are windows of bytearrays the tree made (copies; a split shares them where
+// a part is at least half of one), which Python's collector does not track; eviction hands a
+// node's values out as their bytearray. Nothing here calls back into Python, and a call makes
 // Python objects, or lets go of them, only once the tree is whole again (an allocation may run a
-// collection, a collection finalizers, and freeing an array its weakref callbacks).
+// collection, and a collection finalizers).
 
 #include <pybind11/pybind11.h>
 
@@ -46,14 +46,13 @@ Policy policy_named(const std::string& name) {
     throw py::value_error("unknown eviction policy '" + name + "'; use one of: lru, lfu, fifo, mru, filo, priority");
 }
 
-// A buffer of int64 items the tree reads in place, shared by the spans cut from it: a bytearray
-// the tree made (a copy), or the caller's own key array, held through a buffer export so that it
-// cannot be resized while the tree reads it (and taken out of the collector's walk). Neither holds
-// references, so Python's collector never walks them. Releasing one may run Python code (an array's weakref callbacks), so a store
-// no span uses any more waits in released_stores() until the running call has left the tree whole.
+// A bytearray of int64 items the tree made (a copy of a key's tokens or of values), shared by the
+// spans cut from it. A bytearray holds no references, so Python's collector never tracks it;
+// eviction hands a node's values out as their bytearray, not copied. A store no span uses any more
+// waits in released_stores() until the running call has left the tree whole (freeing is kept out
+// of the middle of a change, with every other way of running Python).
 struct Store {
-    PyObject* bytes = nullptr;  // a bytearray the tree made, or
-    Py_buffer view{};           // the caller's buffer (view.obj set)
+    PyObject* bytes = nullptr;
     const int64_t* data = nullptr;
     size_t size = 0;
     size_t refs = 0;
@@ -69,11 +68,7 @@ void free_released_stores() {
     std::vector<Store*> now;
     now.swap(released_stores());
     for (Store* store : now) {
-        if (store->bytes != nullptr) {
-            Py_DECREF(store->bytes);
-        } else {
-            PyBuffer_Release(&store->view);
-        }
+        Py_DECREF(store->bytes);
         delete store;
     }
 }
@@ -87,30 +82,6 @@ Store* copied_store(const int64_t* from, size_t count) {
     store->bytes = bytes;
     store->data = reinterpret_cast<const int64_t*>(PyByteArray_AS_STRING(bytes));
     store->size = count;
-    return store;
-}
-
-// The caller's array('q') as a store read in place, or nullptr for any other buffer (the tree
-// then copies what it keeps): only an array is known to stay unchanged while exported.
-Store* borrowed_store(PyObject* tokens) {
-    if (std::strcmp(Py_TYPE(tokens)->tp_name, "array.array") != 0) return nullptr;
-    Store* store = new Store;
-    if (PyObject_GetBuffer(tokens, &store->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
-        delete store;
-        throw py::error_already_set();
-    }
-    const Py_buffer& view = store->view;
-    if (view.ndim != 1 || view.itemsize != 8 || view.format == nullptr ||
-        (std::strcmp(view.format, "q") != 0 && std::strcmp(view.format, "l") != 0)) {
-        PyBuffer_Release(&store->view);
-        delete store;
-        return nullptr;
-    }
-    store->data = static_cast<const int64_t*>(view.buf);
-    store->size = static_cast<size_t>(view.len) / sizeof(int64_t);
-    // Out of the collector's walk, as CPython does with tuples of atoms: an array references
-    // nothing but its type, so it can close no cycle the collector would have to find.
-    if (PyObject_GC_IsTracked(tokens)) PyObject_GC_UnTrack(tokens);
     return store;
 }
 
@@ -332,14 +303,11 @@ class Tree {
             if (split_at >= 0 && static_cast<size_t>(split_at) > position && static_cast<size_t>(split_at) < units) {
                 cut = static_cast<size_t>(split_at);
             }
-            // The pieces' keys (windows of the caller's array where they are at least half of it)
-            // and values (copies), made before the tree changes: a copy may raise MemoryError.
-            Store* borrowed = borrowed_store(tokens.ptr());
-            Span whole_key = borrowed != nullptr ? Span(borrowed, 0, borrowed->size) : Span();
-            size_t key_offset = static_cast<size_t>(key_start);
+            // The pieces' keys and values, copied before the tree changes (a copy may raise
+            // MemoryError). Keys are copied too: SGLang grows a request's key array in place
+            // (Req.full_untruncated_fill_ids), so no buffer export may pin it.
             auto key_part = [&](size_t from, size_t stop) {
                 size_t count = stop + bigram_ - from;
-                if (borrowed != nullptr) return whole_key.part(key_offset + from, count);
                 return Span(copied_store(key.data + from, count), 0, count);
             };
             auto value_part = [&](size_t from, size_t stop) {
@@ -349,7 +317,6 @@ class Tree {
             Span upper_values = value_part(position, cut);
             Span lower_tokens = cut < units ? key_part(cut, units) : Span();
             Span lower_values = cut < units ? value_part(cut, units) : Span();
-            whole_key.release();
             // Made lowest first, as a later split of one node would make them; linked top down.
             uint32_t lower = cut < units ? make_node(kNone, ns, priority) : kNone;
             uint32_t upper = make_node(kNone, ns, priority);

@@ -64,6 +64,14 @@ class TreeNode:
         return f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, children={len(self.children)})"
 
 
+def adds_no_state(node_class: type[TreeNode]) -> bool:
+    """Whether ``node_class`` is TreeNode or a subclass that adds behaviour only (empty
+    ``__slots__`` all the way up): what the native tree's handles can take on."""
+    return all(
+        klass.__dict__.get("__slots__") == () for klass in node_class.__mro__[: node_class.__mro__.index(TreeNode)]
+    )
+
+
 # Smaller sorts first, i.e. is evicted first.
 EVICTION_POLICIES: dict[str, Callable[[TreeNode], Any]] = {
     "lru": lambda node: node.last_access_time,
@@ -159,8 +167,8 @@ class RadixCache:
     whose readers expect more of a node (read-only views of its state).
 
     ``tree``: ``"native"`` keeps the nodes in radix-native's tree (outside the Python heap: the
-    garbage collector never walks them) where the native backend is in use, ``node_class`` is
-    TreeNode and the values are int64 (see :class:`radix_core.native_tree.NativeRadixCache`);
+    garbage collector never walks them) where the native backend is in use, ``node_class`` adds no
+    state to TreeNode and the values are int64 (see :class:`radix_core.native_tree.NativeRadixCache`);
     ``"python"`` keeps Python nodes, the reference. The default is ``RADIX_CORE_TREE``'s
     (``python`` unless set).
 
@@ -175,7 +183,7 @@ class RadixCache:
         elif tree not in _backend.TREE_CHOICES:
             raise ValueError(f"tree must be one of: {', '.join(_backend.TREE_CHOICES)}; not {tree!r}")
         node_class = kwargs.get("node_class", args[6] if len(args) > 6 else TreeNode)
-        if cls is RadixCache and tree == "native" and node_class is TreeNode and native_tree_module() is not None:
+        if cls is RadixCache and tree == "native" and adds_no_state(node_class) and native_tree_module() is not None:
             from .native_tree import NativeRadixCache
 
             cls = NativeRadixCache

@@ -2,13 +2,12 @@
 
 A filled Python tree is about three gc-tracked objects a node, which every full collection in a
 serving process walks. Here radix-native's ``Tree`` holds nodes, locks and the eviction heap in
-C++, each node's key as a window of the caller's own ``array('q')`` (as the Python tree keeps it;
-held through a buffer export, so resizing that array raises BufferError while the tree reads it,
-and taken out of the collector's walk, since an array references nothing) and its values as a
-copy in a bytearray that eviction hands to ``on_evict`` as a view. Python holds the cache and a
-handle per node someone asked for (``NativeNode``, made on demand, one per node while it is
-referenced), never one object per node. The answers are the Python tree's, operation by operation
-(``radix-native/tests/test_tree.py``, and every radix-core cache test runs on both).
+C++, and each node's key and values as copies in bytearrays (which the collector does not track;
+eviction hands a node's values to ``on_evict`` as a view of its bytearray, not copied again).
+Python holds the cache and a handle per node someone asked for (``NativeNode``, made on demand,
+one per node while it is referenced), never one object per node. The answers are the Python
+tree's, operation by operation (``radix-native/tests/test_tree.py``, and every radix-core cache
+test runs on both).
 
 The native tree holds int64 values (int64 torch tensors on the CPU, int64 ndarrays,
 ``array('q')``); a cache whose first value is of another kind (lists, device tensors) becomes the
@@ -21,6 +20,7 @@ nothing cached is lost.
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import logging
 import sys
@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable
 from typing import IO, Any, cast
 
 from . import _backend
-from .cache import InsertResult, KeyLike, MatchResult, RadixCache, TreeNode
+from .cache import InsertResult, KeyLike, MatchResult, RadixCache, TreeNode, adds_no_state
 from .key import RadixKey
 from .values import ValueKind
 
@@ -101,6 +101,15 @@ class NativeNode(TreeNode):
         return f"NativeNode(id={self.id}, generation={self._generation})"
 
 
+@functools.cache
+def _handle_class(node_class: type[TreeNode]) -> type[NativeNode]:
+    """Handles that also behave as ``node_class`` (a TreeNode subclass adding properties only,
+    e.g. the SGLang backend's view of page hashes): NativeNode's attributes come first."""
+    if node_class is TreeNode:
+        return NativeNode
+    return type(f"Native{node_class.__name__}", (NativeNode, node_class), {"__slots__": ()})
+
+
 class NativeRadixCache(RadixCache):
     """:class:`RadixCache` whose tree is radix-native's (``RadixCache(...)`` makes one when it
     can; see its ``tree`` argument). Same API and answers; nodes are :class:`NativeNode` handles."""
@@ -117,8 +126,9 @@ class NativeRadixCache(RadixCache):
         *,
         tree: str | None = None,
     ):
-        if _backend.native_tree_module() is None or node_class is not TreeNode:
-            raise ValueError("a NativeRadixCache needs radix-native's tree and TreeNode nodes; use RadixCache")
+        if _backend.native_tree_module() is None or not adds_no_state(node_class):
+            raise ValueError("a NativeRadixCache needs radix-native's tree and stateless nodes; use RadixCache")
+        self._handle_class = _handle_class(node_class)  # type: ignore[arg-type]
         self._epoch = 0
         self._self_ref = weakref.ref(self)  # what handles hold
         self._python: RadixCache | None = None  # the Python tree this cache moved to, if it did
@@ -318,19 +328,19 @@ class NativeRadixCache(RadixCache):
         """The one handle of a node while anyone holds it."""
         handle = self._handles.get((node_id, generation))
         if handle is None:
-            handle = NativeNode(self, node_id, generation)
+            handle = self._handle_class(self, node_id, generation)
             self._handles[node_id, generation] = handle
         return handle
 
     def _ids(self, node: TreeNode | None) -> tuple[int, int]:
         """A handle's node id and generation in this tree; ValueError for anything else."""
-        if type(node) is not NativeNode or node._cache is not self._self_ref or node._epoch != self._epoch:
+        if not isinstance(node, NativeNode) or node._cache is not self._self_ref or node._epoch != self._epoch:
             raise ValueError(f"{node!r} is not (or no longer) in this cache")
         return node.id, node._generation
 
     def _resolved(self, node: TreeNode) -> TreeNode:
         """What ``node`` is in the Python tree this cache moved to (a handle: its rebuilt node)."""
-        if type(node) is NativeNode and node._cache is self._self_ref:
+        if isinstance(node, NativeNode) and node._cache is self._self_ref:
             found = self._python_nodes.get((node._epoch, node.id, node._generation))
             if found is None:
                 raise ValueError(f"{node!r} is not (or no longer) in this cache")
@@ -389,7 +399,7 @@ class NativeRadixCache(RadixCache):
 
     def _removed_node(self, node_id: int, namespace: int, tokens: Any, value: Any, hashes: Any) -> TreeNode:
         """What an evicted node was, as a detached TreeNode (the Python tree hands out its own)."""
-        node = TreeNode(self._key_of(tokens, namespace), value, None)
+        node = self.node_class(self._key_of(tokens, namespace), value, None)
         node.id = node_id
         node.page_hashes = hashes
         return node
@@ -490,6 +500,7 @@ class NativeRadixCache(RadixCache):
             self.on_evict,
             self.on_store,
             self.on_remove,
+            self.node_class,
             tree="python",
         )
         python._value_kind, python._empty_value = self._value_kind, self._empty_value
@@ -520,7 +531,7 @@ class NativeRadixCache(RadixCache):
             node_id, generation, made = stack.pop()
             for child_id, child_generation in tree.node_state(node_id, generation)["children"]:
                 state = tree.node_state(child_id, child_generation)
-                child = TreeNode(
+                child = self.node_class(
                     self._key_of(state["tokens"], state["namespace"]), self._from_int64(state["values"]), made
                 )
                 for field in ("lock_ref", "hit_count", "priority", "last_access_time", "creation_time"):

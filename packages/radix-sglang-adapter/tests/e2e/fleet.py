@@ -12,7 +12,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import workloads
-from sglang_server import VOCAB, Server, ServerConfig, cache_impl, log_problems, radix_core_backend, tree_core
+from sglang_server import (
+    VOCAB,
+    Server,
+    ServerConfig,
+    cache_impl,
+    log_problems,
+    radix_core_backend,
+    radix_core_tree,
+    tree_core,
+)
 
 MAX_NEW_TOKENS = 8
 LOAD_CLIENTS = 32
@@ -95,6 +104,8 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
             found.append(f"SGLang built {impl} on {tree_core(served.log)}, not UnifiedRadixCache on RadixTreeCore")
         elif not hicache and impl != "RadixCoreCache":
             found.append(f"SGLang built {impl}, not RadixCoreCache")
+        elif not hicache and radix_core_tree(served.log) != config.tree:
+            found.append(f"radix-core's RadixCache ran on the {radix_core_tree(served.log)} tree, not {config.tree}")
         expected_backend = config.cache.removeprefix("radix-")
         if radix_core_backend(served.log) != expected_backend:
             found.append(f"radix-core ran {radix_core_backend(served.log)}, not {expected_backend}")

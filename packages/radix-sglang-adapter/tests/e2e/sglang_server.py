@@ -71,6 +71,7 @@ class ServerConfig:
     speculative: str | None = None  # None, "EAGLE" or "STANDALONE"
     flags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    tree: str = "python"  # a radix server's RADIX_CORE_TREE: its RadixCache's nodes in Python or native
 
     @property
     def name(self) -> str:
@@ -80,7 +81,8 @@ class ServerConfig:
             policy = self.flags[self.flags.index("--hicache-write-policy") + 1]
             layout = self.flags[self.flags.index("--hicache-mem-layout") + 1]
             hicache = f"-hicache-{policy}-{layout}"
-        return f"{self.cache}-page{self.page_size}{spec}{hicache}"
+        tree = "-nativetree" if self.tree == "native" else ""
+        return f"{self.cache}{tree}-page{self.page_size}{spec}{hicache}"
 
     def arguments(self, target: Path, draft: Path, port: int) -> list[str]:
         """The launcher's arguments. intel_amx is the CPU attention backend with an EAGLE draft
@@ -125,6 +127,7 @@ class ServerConfig:
         }
         if self.cache.startswith("radix-"):
             env["RADIX_CORE_BACKEND"] = self.cache.removeprefix("radix-")
+            env["RADIX_CORE_TREE"] = self.tree
         return env
 
 
@@ -237,6 +240,7 @@ def request_body(input_ids: list[int], max_new_tokens: int) -> dict:
 
 CACHE_LINE = re.compile(r"Tree cache initialized: source=(\S+) impl=(\w+)")
 RADIX_CORE_LINE = re.compile(r"runs on radix-core (\w+)")
+RADIX_TREE_LINE = re.compile(r"runs on radix-core .*, tree=(\w+)")
 TREE_CORE_LINE = re.compile(r"Init Unified Radix Cache\..* Tree Core: (\w+)")
 # SGLang's log names no level: lines like these mean something went wrong, unless known benign.
 PROBLEM = re.compile(r"Traceback|Error|Exception|memory leak detected|double free|use-after-free")
@@ -255,6 +259,12 @@ def cache_impl(log: str) -> str | None:
 def radix_core_backend(log: str) -> str | None:
     """The radix-core backend ("native" or "python") the adapter's backend reported at build."""
     found = RADIX_CORE_LINE.search(log)
+    return found.group(1) if found else None
+
+
+def radix_core_tree(log: str) -> str | None:
+    """The tree ("python" or "native") the adapter's backend reported its RadixCache on."""
+    found = RADIX_TREE_LINE.search(log)
     return found.group(1) if found else None
 
 

@@ -192,21 +192,24 @@ def build_cache(ctx: Any) -> Any:
     if ctx.enable_hierarchical_cache:
         cache = _unified_cache_on_radix_core(ctx)
         what = f"UnifiedRadixCache with HiCache ({ctx.server_args.hicache_write_policy}), its TreeCore"
+        tree = "python"  # TieredRadixCache's nodes are Python's (issue 19, slice 4)
     else:
         from .cache import RadixCoreCache
 
         cache = RadixCoreCache(ctx.params)
         what = "the prefix cache"
+        tree = cache.tree.tree_kind
     _live_caches.add(cache)
     status = radix_core.backend()
     logger.info(
-        "radix-sglang-adapter: %s runs on radix-core %s (%s), page_size=%d, eagle=%s, policy=%s",
+        "radix-sglang-adapter: %s runs on radix-core %s (%s), page_size=%d, eagle=%s, policy=%s, tree=%s",
         what,
         status.active,
         status.reason,
         ctx.params.page_size,
         bool(ctx.params.is_eagle),
         ctx.params.eviction_policy,
+        tree,
     )
     return cache
 
