@@ -5,9 +5,9 @@
 // stamped the same way; times come from the caller, never from a C++ clock). Nodes live in an
 // arena, found again by (id, generation); children by one hash map keyed by the parent, the
 // namespace and the first page of units. A node's key (its raw int64 tokens: k + 1 for k bigram
-// units) and its values are windows of bytearrays the tree made (copies; a split shares them where
-// a part is at least half of one), which Python's collector does not track; eviction hands a
-// node's values out as their bytearray. Nothing here calls back into Python, and a call makes
+// units) is a window of the caller's array('q') or of a copy, and its values a window of a
+// bytearray copy (a part of at least half of one is shared, else copied), none of which Python's
+// collector walks; eviction hands a node's values out as their bytearray. Nothing here calls back into Python, and a call makes
 // Python objects, or lets go of them, only once the tree is whole again (an allocation may run a
 // collection, and a collection finalizers).
 
@@ -30,7 +30,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
-constexpr int kTreeAbi = 3;
+constexpr int kTreeAbi = 4;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 
@@ -46,17 +46,50 @@ Policy policy_named(const std::string& name) {
     throw py::value_error("unknown eviction policy '" + name + "'; use one of: lru, lfu, fifo, mru, filo, priority");
 }
 
-// A bytearray of int64 items the tree made (a copy of a key's tokens or of values), shared by the
-// spans cut from it. A bytearray holds no references, so Python's collector never tracks it;
-// eviction hands a node's values out as their bytearray, not copied. A store no span uses any more
-// waits in released_stores() until the running call has left the tree whole (freeing is kept out
-// of the middle of a change, with every other way of running Python).
+// Where a node's int64 items live: a bytearray the tree made (a copy of values, or of a key's
+// tokens), or the caller's own array('q') of key tokens, which the tree keeps a reference to, as
+// the Python tree keeps the key's array (no copy). Neither is tracked by Python's collector.
+// A borrowed array is never exported between calls (SGLang grows a request's array in place,
+// which an export forbids), so its items are located again in each call that reads them; within
+// a call no Python code runs that could move them. A store no span uses any more waits in
+// released_stores() until the running call has left the tree whole (freeing is kept out of the
+// middle of a change, with every other way of running Python).
 struct Store {
-    PyObject* bytes = nullptr;
-    const int64_t* data = nullptr;
-    size_t size = 0;
+    PyObject* owner = nullptr;      // the bytearray, or the borrowed array
+    const int64_t* data = nullptr;  // owner's items (a borrowed array's: as located in call read_in)
+    size_t size = 0;                // owner's items when the store was made (the half rule's measure)
     size_t refs = 0;
+    bool borrowed = false;
+    size_t needed = 0;              // borrowed: the items its spans read (the array must keep them)
+    uint64_t read_in = 0;
 };
+
+uint64_t& running_call() {  // guarded by the GIL, as every tree call holds it
+    static uint64_t call = 0;
+    return call;
+}
+
+// A tree call that may read key tokens begins: borrowed arrays are located again when read.
+void begin_call() { running_call() += 1; }
+
+// A store's items, locating a borrowed array's in this call if not done yet. ValueError where the
+// caller shrank the array below the tokens the tree holds (a key it gave may not lose tokens).
+const int64_t* items_of(Store* store) {
+    if (store->borrowed && store->read_in != running_call()) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(store->owner, &view, PyBUF_SIMPLE) != 0) throw py::error_already_set();
+        const int64_t* data = static_cast<const int64_t*>(view.buf);
+        size_t items = static_cast<size_t>(view.len) / sizeof(int64_t);
+        PyBuffer_Release(&view);
+        if (items < store->needed) {
+            throw py::value_error("a key array given to the cache lost tokens it holds (" + std::to_string(items) +
+                                  " left of " + std::to_string(store->needed) + ")");
+        }
+        store->data = data;
+        store->read_in = running_call();
+    }
+    return store->data;
+}
 
 std::vector<Store*>& released_stores() {  // guarded by the GIL, as every tree call holds it
     static std::vector<Store*> released;
@@ -68,7 +101,7 @@ void free_released_stores() {
     std::vector<Store*> now;
     now.swap(released_stores());
     for (Store* store : now) {
-        Py_DECREF(store->bytes);
+        Py_DECREF(store->owner);
         delete store;
     }
 }
@@ -79,11 +112,30 @@ Store* copied_store(const int64_t* from, size_t count) {
                                                     static_cast<Py_ssize_t>(count * sizeof(int64_t)));
     if (bytes == nullptr) throw py::error_already_set();
     Store* store = new Store;
-    store->bytes = bytes;
+    store->owner = bytes;
     store->data = reinterpret_cast<const int64_t*>(PyByteArray_AS_STRING(bytes));
     store->size = count;
     return store;
 }
+
+// A store borrowing the caller's array of `items` int64 tokens, its spans reading the first `needed`.
+// An array.array refers to nothing but its type, so it can never be part of a reference cycle:
+// the tree takes it off the collector's list (as CPython does with tuples and dicts that cannot
+// be), so a full collection does not walk one array per cached request.
+Store* borrowed_store(PyObject* array, size_t items, size_t needed) {
+    Store* store = new Store;
+    if (PyObject_GC_IsTracked(array)) PyObject_GC_UnTrack(array);
+    Py_INCREF(array);
+    store->owner = array;
+    store->size = items;
+    store->borrowed = true;
+    store->needed = needed;
+    return store;
+}
+
+// Whether the tree may keep a reference to `tokens` instead of a copy: an array.array (int64,
+// checked by the caller), which holds no Python objects and which callers only ever grow.
+bool borrowable(PyObject* tokens) { return std::strcmp(Py_TYPE(tokens)->tp_name, "array.array") == 0; }
 
 // A node's tokens or values: a window [start, start + length) of a store, counted among its users.
 class Span {
@@ -111,11 +163,11 @@ class Span {
     }
     ~Span() { release(); }
 
-    const int64_t* data() const { return store_ == nullptr ? nullptr : store_->data + start_; }
+    const int64_t* data() const { return store_ == nullptr ? nullptr : items_of(store_) + start_; }
     size_t size() const { return length_; }
     const int64_t* begin() const { return data(); }
     const int64_t* end() const { return data() + length_; }
-    const Store* store() const { return store_; }
+    const Store* store() const { return store_; }  // values' only
     size_t start() const { return start_; }
 
     // Items [from, from + count) as a span of their own: this span's store where they are at
@@ -238,6 +290,7 @@ class Tree {
 
     // (prefix units, last node id, its generation, the matched values as int64 bytes)
     py::tuple match(const py::buffer& tokens, int64_t ns, const py::buffer& times, int64_t key_start, int64_t key_stop) {
+        begin_call();
         py::buffer_info held = tokens.request();
         Int64View key = window(int64_view(held, "tokens"), key_start, key_stop);
         py::buffer_info held_times = times.request();
@@ -262,6 +315,7 @@ class Tree {
     py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
                      int64_t inserted_len, const py::buffer& times, int64_t value_offset, uint32_t known_path,
                      uint32_t known_generation, int64_t split_at, int64_t key_start, int64_t key_stop) {
+        begin_call();
         py::buffer_info held_key = tokens.request();
         py::buffer_info held_values = values.request();
         py::buffer_info held_times = times.request();
@@ -303,12 +357,19 @@ class Tree {
             if (split_at >= 0 && static_cast<size_t>(split_at) > position && static_cast<size_t>(split_at) < units) {
                 cut = static_cast<size_t>(split_at);
             }
-            // The pieces' keys and values, copied before the tree changes (a copy may raise
-            // MemoryError). Keys are copied too: SGLang grows a request's key array in place
-            // (Req.full_untruncated_fill_ids), so no buffer export may pin it.
+            // The pieces' keys and values, made before the tree changes (a copy may raise
+            // MemoryError). A piece keeps the caller's token array itself where it is at least
+            // half of it (the Python tree's rule), else a copy of its tokens.
+            size_t array_items = static_cast<size_t>(held_key.shape[0]);
+            size_t first_raw = static_cast<size_t>(key_start);  // the window's start in the array
+            Store* borrowed = nullptr;  // one store for both pieces
             auto key_part = [&](size_t from, size_t stop) {
                 size_t count = stop + bigram_ - from;
-                return Span(copied_store(key.data + from, count), 0, count);
+                if (2 * count < array_items || !borrowable(tokens.ptr())) {
+                    return Span(copied_store(key.data + from, count), 0, count);
+                }
+                if (borrowed == nullptr) borrowed = borrowed_store(tokens.ptr(), array_items, first_raw + units + bigram_);
+                return Span(borrowed, first_raw + from, count);
             };
             auto value_part = [&](size_t from, size_t stop) {
                 return Span(copied_store(value.data + (from - offset), stop - from), 0, stop - from);
@@ -343,6 +404,7 @@ class Tree {
     // longer writes (handed out, not copied); tokens are its raw tokens as int64 bytes if `keys`.
     py::tuple evict(int64_t num_units, bool keys) {
         if (num_units < 0) throw py::value_error("num_tokens must be >= 0");
+        begin_call();
         int64_t evicted = 0;
         taken_.clear();
         taken_tokens_.clear();
@@ -371,7 +433,7 @@ class Tree {
                 tokens = int64_bytes(taken_tokens_.data() + raw_at, t.raw);
                 raw_at += t.raw;
             }
-            py::object values = py::reinterpret_borrow<py::object>(t.values.store()->bytes);
+            py::object values = py::reinterpret_borrow<py::object>(t.values.store()->owner);
             taken[i] = py::make_tuple(t.id, t.units, t.ns, tokens, values, t.values.start());
         }
         taken_.clear();
@@ -429,6 +491,7 @@ class Tree {
     // A node's state as the Python tree's TreeNode holds it, for handles and tests.
     py::dict node_state(uint32_t id, uint32_t generation) const {
         check_alive(id, generation);
+        begin_call();
         const Node& node = nodes_[id];
         py::dict state;
         state["parent"] = node.parent == kNone ? py::object(py::none()) : py::object(py::int_(node.parent));

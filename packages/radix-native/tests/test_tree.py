@@ -261,7 +261,7 @@ TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=
 
 
 def test_abi_is_what_this_release_expects():
-    assert _tree.TREE_ABI == 3
+    assert _tree.TREE_ABI == 4
 
 
 @pytest.mark.parametrize("bad", [array("i", [1, 2]), array("d", [1.0]), b"abcdefgh", [1, 2]])
@@ -294,16 +294,30 @@ def test_a_node_that_is_gone_is_told_apart_from_its_slots_next_tenant():
     assert tree.inc_lock_ref(again, again_generation) == -1
 
 
-def test_a_key_array_stays_the_callers_to_grow():
-    """SGLang extends a request's key array in place (Req.full_untruncated_fill_ids): the tree
-    copies what it keeps and pins nothing."""
+def test_a_key_array_the_tree_keeps_stays_the_callers_to_grow():
+    """The tree keeps the caller's key array (no copy, as the Python tree) but exports it only
+    within a call: SGLang extends a request's array in place (Req.full_untruncated_fill_ids).
+    An array that loses tokens the tree holds is reported, never read past its end."""
     tree = _tree.Tree(1, False, "lru")
     times = array("d", [1.0])
     key = array("q", [1, 2, 3, 4])
     tree.insert(key, 0, array("q", [5, 6, 7, 8]), 0, 0, times)
-    key.extend(range(10_000))  # reallocates
-    key[0] = 9
+    key.extend(range(10_000))  # reallocates: nothing pins the array
     assert tree.match(array("q", [1, 2, 3, 4, 0]), 0, times)[0] == 4
+    assert not gc.is_tracked(key)  # it refers to nothing but its type: no cycle can hold it
+    del key[2:]
+    with pytest.raises(ValueError, match="lost tokens"):
+        tree.match(array("q", [1, 2, 3, 4]), 0, times)
+
+
+def test_a_short_key_of_a_long_array_is_copied():
+    """No array is kept for less than half its tokens (the Python tree's rule)."""
+    tree = _tree.Tree(1, False, "lru")
+    times = array("d", [1.0])
+    key = array("q", range(100))
+    tree.insert(key, 0, array("q", range(10)), 0, 0, times, key_stop=10)
+    del key[:]
+    assert tree.match(array("q", range(10)), 0, times)[0] == 10
     assert gc.is_tracked(key)
 
 

@@ -2,8 +2,10 @@
 
 A filled Python tree is about three gc-tracked objects a node, which every full collection in a
 serving process walks. Here radix-native's ``Tree`` holds nodes, locks and the eviction heap in
-C++, and each node's key and values as copies in bytearrays (which the collector does not track;
-eviction hands a node's values to ``on_evict`` as a view of its bytearray, not copied again).
+C++; a node's key is a window of the inserted key's ``array('q')`` (kept, as the Python tree
+keeps it, and taken off the collector's list: an array cannot be in a cycle) or of a copy, and its
+values a copy in a bytearray (which the collector does not track; eviction hands a node's values
+to ``on_evict`` as a view of its bytearray, not copied again).
 Python holds the cache and a handle per node someone asked for (``NativeNode``, made on demand,
 one per node while it is referenced), never one object per node. The answers are the Python
 tree's, operation by operation (``radix-native/tests/test_tree.py``, and every radix-core cache
@@ -252,6 +254,8 @@ class NativeRadixCache(RadixCache):
             raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
         try:
             evicted, taken = self._tree.evict(num_tokens, self.on_remove is not None)
+        except _CALLER_ERRORS:
+            raise
         except Exception as exc:
             self._move_to_python(f"evict raised {type(exc).__name__}: {exc}", failure=True)
             return self.evict(num_tokens)
