@@ -89,6 +89,29 @@ def test_values_it_cannot_hold_give_a_python_tree_while_empty(native_tree, caplo
     assert cache.match_prefix([1, 2]).indices == [10, 2**70]
 
 
+@pytest.mark.parametrize("kind", ["array", "numpy", "torch"])
+def test_int32_values_are_held_as_int64_in_one_copy(native_tree, kind):
+    """SGLang's KV index rows are int32: the tree widens them as it copies, no conversion first."""
+
+    def int32(items: list[int]):
+        if kind == "array":
+            return array("i", items)
+        if kind == "numpy":
+            return pytest.importorskip("numpy").array(items, dtype="int32")
+        torch = pytest.importorskip("torch")
+        return torch.tensor(items, dtype=torch.int32)
+
+    row = int32([7, -8, 2**31 - 1, 5])
+    cache = RadixCache(tree="native")
+    cache.insert([1, 2, 3, 4], row[:4])
+    row[0] = 0  # the tree holds a copy, not the caller's row
+    cache.insert([1, 2, 9], int32([7, -8, 6]))
+    assert cache.tree_kind == "native"
+    found = cache.match_prefix([1, 2, 3, 4]).indices
+    assert [int(v) for v in found] == [7, -8, 2**31 - 1, 5]
+    check_invariants(cache)
+
+
 def test_a_later_value_it_cannot_hold_moves_the_tree_to_python_with_nothing_lost(native_tree, caplog):
     np = pytest.importorskip("numpy")
     freed: list = []

@@ -106,16 +106,21 @@ void free_released_stores() {
     }
 }
 
-// A new bytearray store holding a copy of `count` items (MemoryError leaves nothing behind).
-Store* copied_store(const int64_t* from, size_t count) {
-    PyObject* bytes = PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(from),
-                                                    static_cast<Py_ssize_t>(count * sizeof(int64_t)));
-    if (bytes == nullptr) throw py::error_already_set();
+// A store owning `bytes`, a new bytearray of `count` int64 items.
+Store* owning_store(PyObject* bytes, size_t count) {
     Store* store = new Store;
     store->owner = bytes;
     store->data = reinterpret_cast<const int64_t*>(PyByteArray_AS_STRING(bytes));
     store->size = count;
     return store;
+}
+
+// A new bytearray store holding a copy of `count` items (MemoryError leaves nothing behind).
+Store* copied_store(const int64_t* from, size_t count) {
+    PyObject* bytes = PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(from),
+                                                    static_cast<Py_ssize_t>(count * sizeof(int64_t)));
+    if (bytes == nullptr) throw py::error_already_set();
+    return owning_store(bytes, count);
 }
 
 // A store borrowing the caller's array of `items` int64 tokens, its spans reading the first `needed`.
@@ -236,6 +241,38 @@ Int64View int64_view(const py::buffer_info& info, const char* what) {
     return {static_cast<const int64_t*>(info.ptr), static_cast<size_t>(info.shape[0])};
 }
 
+// Values as given: a 1-D C-contiguous buffer of int64 or int32 items (int32 widened as the tree
+// copies them: SGLang's KV index rows are int32, and one widening copy is all a node needs).
+struct ValuesView {
+    const void* data;
+    size_t size;
+    bool narrow;  // int32 items
+};
+
+ValuesView values_view(const py::buffer_info& info) {
+    bool narrow = info.itemsize == 4 && (info.format == "i" || info.format == "<i" || info.format == "=i");
+    if (!narrow) {
+        Int64View wide = int64_view(info, "values");  // raises for anything else
+        return {wide.data, wide.size, false};
+    }
+    if (info.ndim != 1 || (info.shape[0] > 1 && info.strides[0] != 4)) {
+        throw py::type_error("values must be a 1-D contiguous int64 or int32 buffer");
+    }
+    return {info.ptr, static_cast<size_t>(info.shape[0]), true};
+}
+
+// A new bytearray store of items [from, from + count) of `values` as int64 (MemoryError leaves
+// nothing behind).
+Store* copied_values(const ValuesView& values, size_t from, size_t count) {
+    if (!values.narrow) return copied_store(static_cast<const int64_t*>(values.data) + from, count);
+    PyObject* bytes = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(count * sizeof(int64_t)));
+    if (bytes == nullptr) throw py::error_already_set();
+    int64_t* to = reinterpret_cast<int64_t*>(PyByteArray_AS_STRING(bytes));
+    const int32_t* source = static_cast<const int32_t*>(values.data) + from;
+    for (size_t i = 0; i < count; ++i) to[i] = source[i];
+    return owning_store(bytes, count);
+}
+
 py::object int64_bytes(const int64_t* values, size_t count) {
     PyObject* out = PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(values),
                                                   static_cast<Py_ssize_t>(count * sizeof(int64_t)));
@@ -309,8 +346,8 @@ class Tree {
         return answer;
     }
 
-    // (units already cached, last node id, its generation): RadixCache.insert. values[i] is the
-    // value of unit value_offset + i; known_path (a node id and generation, or kNone) is a node
+    // (units already cached, last node id, its generation): RadixCache.insert. values[i] (int64,
+    // or int32 kept as int64) is the value of unit value_offset + i; known_path (a node id and generation, or kNone) is a node
     // whose path spells the key's first units; split_at (or -1) a unit where the new part is cut.
     py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
                      int64_t inserted_len, const py::buffer& times, int64_t value_offset, uint32_t known_path,
@@ -321,7 +358,7 @@ class Tree {
         py::buffer_info held_times = times.request();
         double now = start_clock(held_times);
         Int64View key = window(int64_view(held_key, "tokens"), key_start, key_stop);
-        Int64View value = int64_view(held_values, "values");
+        ValuesView value = values_view(held_values);
         size_t units = aligned_units(key.size);
         if (value_offset < 0) throw py::value_error("value_offset must be >= 0");
         if (split_at >= 0 && split_at % page_ != 0) {
@@ -372,7 +409,7 @@ class Tree {
                 return Span(borrowed, first_raw + from, count);
             };
             auto value_part = [&](size_t from, size_t stop) {
-                return Span(copied_store(value.data + (from - offset), stop - from), 0, stop - from);
+                return Span(copied_values(value, from - offset, stop - from), 0, stop - from);
             };
             Span upper_tokens = key_part(position, cut);
             Span upper_values = value_part(position, cut);

@@ -294,6 +294,17 @@ def test_a_node_that_is_gone_is_told_apart_from_its_slots_next_tenant():
     assert tree.inc_lock_ref(again, again_generation) == -1
 
 
+def test_int32_values_are_kept_as_int64_and_other_values_refused():
+    """SGLang's KV index rows are int32: the tree widens them in the one copy it keeps."""
+    tree = _tree.Tree(1, False, "lru")
+    times = array("d", [1.0])
+    tree.insert(array("q", [1, 2, 3]), 0, array("i", [7, -8, 2**31 - 1]), 0, 0, times)
+    assert native_bytes(tree.match(array("q", [1, 2, 3]), 0, times)[3]) == [7, -8, 2**31 - 1]
+    for bad in (array("h", [1, 2, 3]), array("d", [1.0, 2.0, 3.0]), [1, 2, 3]):
+        with pytest.raises(TypeError):
+            tree.insert(array("q", [4, 5, 6]), 0, bad, 0, 0, times)
+
+
 def test_a_key_array_the_tree_keeps_stays_the_callers_to_grow():
     """The tree keeps the caller's key array (no copy, as the Python tree) but exports it only
     within a call: SGLang extends a request's array in place (Req.full_untruncated_fill_ids).

@@ -49,12 +49,19 @@ _NO_NODE = 2**32 - 1  # the tree's "no known path"
 _CALLER_ERRORS = (ValueError, TypeError, OverflowError)  # a bad call, not a broken tree
 
 
-def _times(count: int) -> array:
-    """The clock readings a call of the Python tree might make, in order (its own, then two per
-    node it makes: a match makes one, an insert three): the native tree uses them as the Python
-    tree would, so both order evictions alike even under a test's ticking clock."""
+def _match_times() -> array:
+    """The clock readings a match of the Python tree might make, in order: its own, then two for
+    the node a split makes. The native tree uses them as the Python tree would, so both order
+    evictions alike even under a test's ticking clock."""
     monotonic = time.monotonic
-    return array("d", [monotonic() for _ in range(count)])
+    return array("d", (monotonic(), monotonic(), monotonic()))
+
+
+def _insert_times() -> array:
+    """An insert's: its own, then two for each of the three nodes it may make (a split of the
+    node the key leaves, and the new part cut in two at ``split_at``)."""
+    monotonic = time.monotonic
+    return array("d", (monotonic(), monotonic(), monotonic(), monotonic(), monotonic(), monotonic(), monotonic()))
 
 
 class NativeNode(TreeNode):
@@ -170,7 +177,7 @@ class NativeRadixCache(RadixCache):
         namespace = self._namespaces.get(key.extra_key, -1)  # -1: a namespace with no node
         try:
             length, node_id, generation, values = self._tree.match(
-                key._tokens, namespace, _times(3), key._start, key._stop
+                key._tokens, namespace, _match_times(), key._start, key._stop
             )
         except _CALLER_ERRORS:
             raise
@@ -178,8 +185,10 @@ class NativeRadixCache(RadixCache):
             self._move_to_python(f"match raised {type(exc).__name__}: {exc}", failure=True)
             return self.match_prefix(key)
         finally:
-            self._cut_page_hashes()
-        return MatchResult(length, self._handle(node_id, generation), [values] if length else [], self._join_int64)
+            if self._page_hashes:
+                self._cut_page_hashes()
+        node = self.root_node if node_id == 0 else self._handle(node_id, generation)
+        return MatchResult(length, node, [values] if length else [], self._join_int64)
 
     def insert(
         self,
@@ -212,7 +221,7 @@ class NativeRadixCache(RadixCache):
         empty_before = self._value_kind is None
         cache_key, checked, kind = self._checked_insert(key, value, value_offset, split_at)
         known = (_NO_NODE, 0) if known_path is None else self._ids(known_path)
-        values = self._int64(kind, checked)
+        values = self._tree_values(kind, checked)
         if values is None:  # the first value: nothing to rebuild, and nothing to say
             self._move_to_python(f"{kind.name} values it cannot hold as int64", quietly=empty_before)
             return on_python()
@@ -223,7 +232,7 @@ class NativeRadixCache(RadixCache):
                 values,
                 0 if priority is None else priority,
                 inserted_len,
-                _times(7),
+                _insert_times(),
                 value_offset,
                 known[0],
                 known[1],
@@ -238,7 +247,8 @@ class NativeRadixCache(RadixCache):
             return on_python()
         finally:
             self._held_tensor = None
-            self._cut_page_hashes()
+            if self._page_hashes:
+                self._cut_page_hashes()
         node = self._handle(node_id, generation)
         if self.on_store is not None and position < len(cache_key):
             for stored in self._stored_pieces(node, position, len(cache_key), split_at):
@@ -386,8 +396,6 @@ class NativeRadixCache(RadixCache):
 
     def _cut_page_hashes(self) -> None:
         """Split ``page_hashes`` as the tree split their nodes in its last call (RadixCache._split)."""
-        if not self._page_hashes:
-            return
         for lower, upper, at, kept in self._tree.last_splits():
             hashes = self._page_hashes.get(lower)
             if hashes is not None:  # as many items per page: the upper node takes at / length of them
@@ -423,12 +431,13 @@ class NativeRadixCache(RadixCache):
         raw.frombytes(tokens)
         return RadixKey._window(raw, 0, len(raw), self._namespace_keys[namespace], self.is_eagle)
 
-    def _int64(self, kind: ValueKind, value: Any) -> Any:
-        """``value`` as a contiguous int64 buffer the tree reads, or None where the native tree
-        cannot hold it losslessly."""
+    def _tree_values(self, kind: ValueKind, value: Any) -> Any:
+        """``value`` as a contiguous int64 or int32 buffer the tree reads (and keeps as int64:
+        int32, the dtype of SGLang's KV index rows, is widened in the tree's one copy), or None
+        where the native tree cannot hold it losslessly."""
         name = kind.name
         if name == "array":
-            if value.typecode == "q" or (value.typecode == "l" and value.itemsize == 8):
+            if (value.typecode == "i" and value.itemsize == 4) or (value.typecode in "ql" and value.itemsize == 8):
                 return value
             try:
                 return array("q", value)
@@ -436,21 +445,25 @@ class NativeRadixCache(RadixCache):
                 return None
         if name == "numpy":
             numpy = sys.modules["numpy"]
+            if value.dtype == numpy.int32:
+                return numpy.ascontiguousarray(value)
             if value.dtype.kind == "u" and value.dtype.itemsize == 8 and value.size and value.max() >= 2**63:
                 return None
             return numpy.ascontiguousarray(value, dtype=numpy.int64)
         if name == "torch":
             torch = sys.modules["torch"]
-            if value.device.type != "cpu" or value.dtype == torch.uint64:
+            dtype = value.dtype
+            if not value.is_cpu or dtype == torch.uint64:
                 return None
-            if value.dtype != torch.int64:
+            if dtype != torch.int64 and dtype != torch.int32:
                 value = value.to(torch.int64)
             value = value.contiguous()
             count = value.shape[0]
             if count == 0:
                 return array("q")
             self._held_tensor = value  # the memory's owner, alive until the tree has copied it
-            return _memory_of(value.data_ptr(), 8 * count, _READ_ONLY).cast("q")  # no numpy, no copy
+            width, typecode = (4, "i") if dtype == torch.int32 else (8, "q")
+            return _memory_of(value.data_ptr(), width * count, _READ_ONLY).cast(typecode)  # no numpy, no copy
         return None  # lists
 
     def _from_int64(self, values: bytearray) -> Any:

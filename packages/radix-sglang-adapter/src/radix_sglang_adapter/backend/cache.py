@@ -130,7 +130,10 @@ class RadixCoreCache(RadixCache):
         key_len = len(key)
         protected = min(kv.cache_protected_len, key_len)
         row = self.req_to_token_pool.req_to_token[kv.req_pool_idx]
-        values = row[protected:key_len].to(dtype=torch.int64, copy=True)
+        values = row[protected:key_len]  # a view of the request's row
+        converted = self.tree.tree_kind == "python"
+        if converted:  # the Python tree keeps a slice of this fresh conversion, no second copy
+            values = values.to(dtype=torch.int64, copy=True)
         priority = req.priority or 0
         prompt_key = self._request_key(req, min(len(req.origin_input_ids), up_to))
         prompt_len = len(prompt_key)
@@ -142,7 +145,7 @@ class RadixCoreCache(RadixCache):
             inserted_len=kv.cache_inserted_len,
             value_offset=protected,
             known_path=req.last_node,
-            copy=False,  # the values are a fresh conversion made for the tree
+            copy=not converted,  # the native tree copies what it keeps (int32 widened as it goes)
             split_at=prompt_len if split_prompt else None,
         )
         kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
