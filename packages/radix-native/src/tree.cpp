@@ -6,8 +6,9 @@
 // arena, found again by (id, generation); children by one hash map keyed by the parent, the
 // namespace and the first page of units. A node's key (its raw int64 tokens: k + 1 for k bigram
 // units) is a window of the caller's array('q') or of a copy, and its values a window of a
-// bytearray copy (a part of at least half of one is shared, else copied), none of which Python's
-// collector walks; eviction hands a node's values out as their bytearray. Nothing here calls back into Python, and a call makes
+// bytearray copy or of an array made for the tree (a part of at least half of one is shared, else
+// copied), none of which Python's collector walks; eviction hands a node's values out as their
+// store (a bytearray or that array). Nothing here calls back into Python, and a call makes
 // Python objects, or lets go of them, only once the tree is whole again (an allocation may run a
 // collection, and a collection finalizers).
 
@@ -47,8 +48,9 @@ Policy policy_named(const std::string& name) {
 }
 
 // Where a node's int64 items live: a bytearray the tree made (a copy of values, or of a key's
-// tokens), or the caller's own array('q') of key tokens, which the tree keeps a reference to, as
-// the Python tree keeps the key's array (no copy). Neither is tracked by Python's collector.
+// tokens), or the caller's own array('q') (key tokens, or values made for the tree), which the
+// tree keeps a reference to, as the Python tree keeps the key's array (no copy). Neither is
+// tracked by Python's collector.
 // A borrowed array is never exported between calls (SGLang grows a request's array in place,
 // which an export forbids), so its items are located again in each call that reads them; within
 // a call no Python code runs that could move them. A store no span uses any more waits in
@@ -347,11 +349,14 @@ class Tree {
     }
 
     // (units already cached, last node id, its generation): RadixCache.insert. values[i] (int64,
-    // or int32 kept as int64) is the value of unit value_offset + i; known_path (a node id and generation, or kNone) is a node
-    // whose path spells the key's first units; split_at (or -1) a unit where the new part is cut.
+    // or int32 kept as int64) is the value of unit value_offset + i; known_path (a node id and
+    // generation, or kNone) is a node whose path spells the key's first units; split_at (or -1) a
+    // unit where the new part is cut; keep_values: the values are an array the caller made for
+    // this call and never writes, which the tree may keep instead of copying.
     py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
                      int64_t inserted_len, const py::buffer& times, int64_t value_offset, uint32_t known_path,
-                     uint32_t known_generation, int64_t split_at, int64_t key_start, int64_t key_stop) {
+                     uint32_t known_generation, int64_t split_at, int64_t key_start, int64_t key_stop,
+                     bool keep_values) {
         begin_call();
         py::buffer_info held_key = tokens.request();
         py::buffer_info held_values = values.request();
@@ -408,8 +413,15 @@ class Tree {
                 if (borrowed == nullptr) borrowed = borrowed_store(tokens.ptr(), array_items, first_raw + units + bigram_);
                 return Span(borrowed, first_raw + from, count);
             };
+            // Values are copied, unless the caller gives an int64 array it will never write again
+            // (keep_values): then kept as keys are.
+            Store* kept_values = nullptr;
+            bool may_keep = keep_values && !value.narrow && borrowable(values.ptr());
             auto value_part = [&](size_t from, size_t stop) {
-                return Span(copied_values(value, from - offset, stop - from), 0, stop - from);
+                size_t count = stop - from;
+                if (!may_keep || 2 * count < value.size) return Span(copied_values(value, from - offset, count), 0, count);
+                if (kept_values == nullptr) kept_values = borrowed_store(values.ptr(), value.size, value.size);
+                return Span(kept_values, from - offset, count);
             };
             Span upper_tokens = key_part(position, cut);
             Span upper_values = value_part(position, cut);
@@ -994,7 +1006,7 @@ PYBIND11_MODULE(_tree, m) {
         .def("insert", &Tree::insert, py::arg("tokens"), py::arg("namespace"), py::arg("values"),
              py::arg("priority"), py::arg("inserted_len"), py::arg("times"), py::arg("value_offset") = 0,
              py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1,
-             py::arg("key_start") = 0, py::arg("key_stop") = -1)
+             py::arg("key_start") = 0, py::arg("key_stop") = -1, py::arg("keep_values") = false)
         .def("evict", &Tree::evict, py::arg("num_units"), py::arg("keys") = false)
         .def("last_splits", &Tree::last_splits)
         .def("inc_lock_ref", &Tree::inc_lock_ref, py::arg("node"), py::arg("generation"))

@@ -321,6 +321,17 @@ def test_a_key_array_the_tree_keeps_stays_the_callers_to_grow():
         tree.match(array("q", [1, 2, 3, 4]), 0, times)
 
 
+def test_values_made_for_the_tree_are_kept_and_handed_out_at_eviction():
+    tree = _tree.Tree(1, False, "lru")
+    times = array("d", [1.0])
+    values = array("q", [10, 20, 30])
+    tree.insert(array("q", [1, 2, 3]), 0, values, 0, 0, times, keep_values=True)
+    assert not gc.is_tracked(values)
+    assert native_bytes(tree.match(array("q", [1, 2, 3]), 0, times)[3]) == [10, 20, 30]
+    evicted, [(_, units, _, _, store, start)] = tree.evict(3)
+    assert (evicted, store[start : start + units]) == (3, values)
+
+
 def test_a_short_key_of_a_long_array_is_copied():
     """No array is kept for less than half its tokens (the Python tree's rule)."""
     tree = _tree.Tree(1, False, "lru")

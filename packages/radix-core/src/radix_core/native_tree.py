@@ -202,7 +202,8 @@ class NativeRadixCache(RadixCache):
         copy: bool = True,
         split_at: int | None = None,
     ) -> InsertResult:
-        """:meth:`RadixCache.insert`; values are always copied into the tree (``copy`` is moot)."""
+        """:meth:`RadixCache.insert`; values are copied into the tree (``copy`` is moot), except
+        the key's token ids where ``value`` is None: sliced for the tree, kept."""
 
         def on_python() -> InsertResult:  # this call, on the Python tree the cache moved to
             return self._python.insert(  # type: ignore[union-attr]
@@ -239,6 +240,7 @@ class NativeRadixCache(RadixCache):
                 -1 if split_at is None else split_at,
                 cache_key._start,
                 cache_key._stop,
+                value is None,  # the values are the key's token ids, sliced for this call: kept
             )
         except _CALLER_ERRORS:
             raise
@@ -271,13 +273,17 @@ class NativeRadixCache(RadixCache):
             return self.evict(num_tokens)
         if not taken:
             return evicted
-        for node_id, units, namespace, tokens, values, start in taken:
-            part = self._view_of(values, start, units)
-            hashes = self._page_hashes.pop(node_id, None)
-            if self.on_evict is not None:
-                self.on_evict(part)
-            if self.on_remove is not None:
-                self.on_remove(self._removed_node(node_id, namespace, tokens, part, hashes))
+        on_evict, on_remove, page_hashes = self.on_evict, self.on_remove, self._page_hashes
+        if on_evict is not None or on_remove is not None or page_hashes:
+            for node_id, units, namespace, tokens, values, start in taken:
+                hashes = page_hashes.pop(node_id, None)
+                if on_evict is None and on_remove is None:
+                    continue
+                part = self._view_of(values, start, units)  # made only for someone to take
+                if on_evict is not None:
+                    on_evict(part)
+                if on_remove is not None:
+                    on_remove(self._removed_node(node_id, namespace, tokens, part, hashes))
         for namespace in {entry[2] for entry in taken}:
             if namespace and not self._tree.namespace_nodes(namespace):  # its last node went
                 del self._namespaces[self._namespace_keys.pop(namespace)]
@@ -481,8 +487,8 @@ class NativeRadixCache(RadixCache):
         joined.frombytes(values)
         return joined
 
-    def _view_of(self, values: bytearray, start: int, count: int) -> Any:
-        """Items [start, start + count) of a bytearray the tree handed out, as one value of this
+    def _view_of(self, values: bytearray | array, start: int, count: int) -> Any:
+        """Items [start, start + count) of a store the tree handed out, as one value of this
         cache's kind (a view for tensors and ndarrays; an array, which cannot share, a copy)."""
         name = self._value_kind.name  # type: ignore[union-attr]
         if name == "torch":
@@ -490,6 +496,8 @@ class NativeRadixCache(RadixCache):
             return torch.frombuffer(values, dtype=torch.int64, count=count, offset=8 * start)
         if name == "numpy":
             return sys.modules["numpy"].frombuffer(values, dtype="int64", count=count, offset=8 * start)
+        if isinstance(values, array):  # values the tree kept (made for it): a slice is a copy
+            return values[start : start + count]
         part = array("q")
         part.frombytes(memoryview(values)[8 * start : 8 * (start + count)])
         return part
