@@ -8,8 +8,9 @@ cached; each eviction frees through the same counting allocator. gc on, torch on
 Caches, each fresh per replay, in rotating order every round:
 - SGLang default: ``create_tree_cache()`` without flags: UnifiedRadixCache on its Rust TreeCore
 - SGLang RadixCache: SGLang's Python radix tree
-- radix-core native / pure: ``radix_core.RadixCache`` (its Python tree) with and without radix-native
-- radix-core native tree: ``radix_core.RadixCache(tree="native")``, nodes in radix-native's tree (issue 19)
+- radix-core native / pure: ``radix_core.RadixCache`` with and without radix-native (native: its
+  default tree, radix-native's, issue 19; pure: the Python tree)
+- radix-core native, Python tree: ``radix_core.RadixCache(tree="python")`` on radix-native's kernels
 
 Workloads: the first ``--requests`` of the bundled Mooncake synthetic trace, and benchmark_radix_cache's
 multi-turn-100k (4 chats growing by 0.8k-3.2k tokens a turn to 100k tokens). Cells: EAGLE off and on x capacity
@@ -135,7 +136,9 @@ def sglang_radix(server_args: Any, eagle: bool, allocator: CountingAllocator) ->
     return SGLangTree(SGLangRadixCache(sh.cache_params(None, allocator, 1, eagle, "lru")))
 
 
-def radix_core_tree(server_args: Any, eagle: bool, allocator: CountingAllocator, tree: str = "python") -> RadixCoreTree:
+def radix_core_tree(
+    server_args: Any, eagle: bool, allocator: CountingAllocator, tree: str | None = None
+) -> RadixCoreTree:
     cache = radix_core.RadixCache(is_eagle=eagle, eviction_policy="lru", on_evict=allocator.free, tree=tree)
     return RadixCoreTree(cache)
 
@@ -144,7 +147,7 @@ IMPLEMENTATIONS: dict[str, Callable[[Any, bool, CountingAllocator], Any]] = {
     BASELINE: sglang_default,
     "SGLang RadixCache": sglang_radix,
     "radix-core native": radix_core_tree,
-    "radix-core native tree": functools.partial(radix_core_tree, tree="native"),
+    "radix-core native, Python tree": functools.partial(radix_core_tree, tree="python"),
     "radix-core pure": radix_core_tree,
 }
 
@@ -269,11 +272,11 @@ def print_cell(cell: dict) -> None:
         spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
         gc_cost = f"{v['gc_objects']:>9,} gc objects, {v['gc_full_ms']:+.1f} ms a full collection"
         print(
-            f"  {name:<18} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}  {gc_cost}", flush=True
+            f"  {name:<30} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}  {gc_cost}", flush=True
         )
     floor = cell["memory_floor"]
     print(
-        f"  {'memory floor':<18} {floor['us_per_request']:>8.1f} us/request {floor['speedup_bound']:>6.2f}x", flush=True
+        f"  {'memory floor':<30} {floor['us_per_request']:>8.1f} us/request {floor['speedup_bound']:>6.2f}x", flush=True
     )
 
 

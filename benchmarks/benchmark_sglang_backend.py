@@ -22,8 +22,9 @@ would be most of the clock, identically for every cache.
 Caches, each on a fresh pool per replay, in rotating order every round:
 - SGLang default: what create_tree_cache() builds without the flag (UnifiedRadixCache, Rust TreeCore)
 - SGLang RadixCache: SGLang's Python radix tree
-- radix native / radix pure: what ``--radix-cache-backend radix`` builds, radix-core native / Python
-- radix native tree: the same, its RadixCache on radix-native's tree (``RADIX_CORE_TREE=native``, issue 19)
+- radix native / radix pure: what ``--radix-cache-backend radix`` builds, radix-core native (its
+  RadixCache on radix-native's tree, the default since issue 19) / Python
+- radix native, Python tree: the same on radix-native's kernels with ``RADIX_CORE_TREE=python``
 
 Cells: EAGLE on and off x KV capacities (unbounded, 1M, 200k tokens), LRU. Every cache must give
 the same prefix length to every request (else the run fails). Targets are checked on the
@@ -204,7 +205,7 @@ IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
     BASELINE: default_cache,
     "SGLang RadixCache": lambda context: RadixCache(context.params),
     "radix native": backend_cache,
-    "radix native tree": backend_cache,
+    "radix native, Python tree": backend_cache,
     "radix pure": backend_cache,
 }
 # With HiCache on, both SGLang's default and --radix-cache-backend radix are UnifiedRadixCache with
@@ -345,8 +346,8 @@ def run_one(
     if implementation.startswith("radix pure"):
         with python_reference_only():
             return replay(implementation, *args)
-    if implementation.startswith("radix native tree"):
-        with tree_by_default("native"):
+    if implementation.startswith("radix native, Python tree"):
+        with tree_by_default("python"):
             return replay(implementation, *args)
     return replay(implementation, *args)
 

@@ -111,12 +111,14 @@ def test_unknown_tree_value_fails_at_import_naming_the_choices(tmp_path, value):
     assert "BackendConfigError" in result.stderr and "python, native" in result.stderr
 
 
-@pytest.mark.parametrize("value", ["native", " Native ", "python", ""])
+@pytest.mark.parametrize("value", ["native", " Native ", "python", "", None])
 def test_the_tree_env_var_picks_the_default_tree(tmp_path, value):
-    result = run_child("import radix_core; print(radix_core.RadixCache().tree_kind)", tmp_path, RADIX_CORE_TREE=value)
+    """``native`` unless told: radix-native's tree where it is usable."""
+    told = {} if value is None else {"RADIX_CORE_TREE": value}
+    result = run_child("import radix_core; print(radix_core.RadixCache().tree_kind)", tmp_path, **told)
     assert result.returncode == 0, result.stderr
     usable = _backend.native_tree_module() is not None  # the child imports the same radix-native
-    expected = "native" if value.strip().lower() == "native" and usable else "python"
+    expected = "native" if (value is None or value.strip().lower() in ("native", "")) and usable else "python"
     assert result.stdout.strip() == expected
 
 

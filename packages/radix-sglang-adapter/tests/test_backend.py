@@ -49,7 +49,8 @@ def in_spawned_child(monkeypatch, backend_name: str, **env: str) -> dict:
 def test_sglang_builds_the_backend_in_a_spawned_child_through_its_plugin(monkeypatch):
     child = in_spawned_child(monkeypatch, adapter.BACKEND_NAME)
     assert child.get("cache") == "RadixCoreCache", child
-    assert child["tree"] == "radix_core.cache"
+    native_tree = radix_core._backend.native_tree_module() is not None  # the child loads the same
+    assert child["tree"] == ("radix_core.native_tree" if native_tree else "radix_core.cache")
     assert any("source=registered('radix') impl=RadixCoreCache" in line for line in child["log"]), child["log"]
     assert any("prefix cache runs on radix-core" in line for line in child["log"])
 
@@ -257,7 +258,7 @@ NATIVE_FAILURE = """
     sys.path.insert(0, {tests!r})
     import sglang_cpu_shim; sglang_cpu_shim.install()
     import scheduler_harness as sh
-    import radix_core, radix_native
+    import radix_core, radix_native, radix_native._tree
     from radix_sglang_adapter.backend.cache import RadixCoreCache
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
@@ -275,8 +276,10 @@ NATIVE_FAILURE = """
         healthy = serve(sh.Server(RadixCoreCache, is_eagle=True, kv_slots=200))
         def broken(*args):
             raise RuntimeError("injected native failure")
-        for kernel in ("descend", "common_prefix_length"):  # what a tree walk calls
+        for kernel in ("descend", "common_prefix_length"):  # what a walk of the Python tree calls
             setattr(radix_native, kernel, broken)
+        for call in ("match", "insert"):  # radix-native's tree, the default one
+            setattr(radix_native._tree.Tree, call, broken)
         after = serve(sh.Server(RadixCoreCache, is_eagle=True, kv_slots=200))
     print("ANSWERS", healthy == after, radix_core.backend().active)
 """

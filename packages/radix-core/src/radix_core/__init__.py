@@ -3,7 +3,8 @@
 ``backend()`` tells whether radix-native's kernels are in use and why. The choice is read once from
 ``RADIX_CORE_BACKEND`` (``auto``, ``python`` or ``native``) and ``SGLANG_DISABLE_TAI_BIGRAM``;
 ``RADIX_CORE_VERIFY`` (a share of calls, default 0) checks native answers against the reference;
-``RADIX_CORE_TREE`` (``python`` or ``native``) picks the tree a ``RadixCache`` keeps its nodes in.
+``RADIX_CORE_TREE`` (``native``, the default, or ``python``) picks the tree a ``RadixCache`` keeps its
+nodes in.
 """
 
 __version__ = "0.1.0"

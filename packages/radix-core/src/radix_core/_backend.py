@@ -97,10 +97,11 @@ def verify_fraction(environ: Mapping[str, str] = os.environ) -> float:
 
 
 def requested_tree(environ: Mapping[str, str] = os.environ) -> str:
-    """The tree RADIX_CORE_TREE asks RadixCache to use by default; raises BackendConfigError on an
-    unknown value. ``native`` is radix-native's tree where the native backend is in use."""
-    raw = environ.get(TREE_ENV, "python")
-    tree = raw.strip().lower() or "python"
+    """The tree RADIX_CORE_TREE asks RadixCache to use by default (``native`` unless set); raises
+    BackendConfigError on an unknown value. ``native`` is radix-native's tree where the native
+    backend is in use and the tree usable, else the Python tree."""
+    raw = environ.get(TREE_ENV, "native")
+    tree = raw.strip().lower() or "native"
     if tree not in TREE_CHOICES:
         raise BackendConfigError(f"{TREE_ENV}={raw!r} is not a known tree; use one of: {', '.join(TREE_CHOICES)}")
     return tree

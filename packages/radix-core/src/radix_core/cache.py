@@ -170,7 +170,7 @@ class RadixCache:
     garbage collector never walks them) where the native backend is in use, ``node_class`` adds no
     state to TreeNode and the values are int64 (see :class:`radix_core.native_tree.NativeRadixCache`);
     ``"python"`` keeps Python nodes, the reference. The default is ``RADIX_CORE_TREE``'s
-    (``python`` unless set).
+    (``native`` unless set: a cache that cannot have it gets the Python tree, quietly).
 
     Threads: one writer at a time, as SGLang's scheduler uses its cache. Every method, matches
     included (they split nodes and reorder eviction), changes the tree; callers that share a cache

@@ -512,12 +512,13 @@ class NativeRadixCache(RadixCache):
         """Serve this cache from a Python tree from now on, rebuilt from the native one (handles
         resolve to its nodes). A native failure is also the process's: radix_core stops using
         radix-native (logged once there)."""
-        if quietly:
+        if failure:  # logged there, once for the process
+            _backend._native_failed("tree", reason)
+            logger.warning("RadixCache moves its tree to Python after a native failure; nothing cached is lost")
+        elif quietly:
             logger.debug("RadixCache keeps its nodes in Python: %s", reason)
         else:
             logger.warning("RadixCache moves its tree to Python: %s", reason)
-        if failure:
-            _backend._native_failed("tree", reason)
         python = RadixCache(
             self.page_size,
             self.is_eagle,

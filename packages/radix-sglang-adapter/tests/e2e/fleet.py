@@ -104,8 +104,10 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
             found.append(f"SGLang built {impl} on {tree_core(served.log)}, not UnifiedRadixCache on RadixTreeCore")
         elif not hicache and impl != "RadixCoreCache":
             found.append(f"SGLang built {impl}, not RadixCoreCache")
-        elif not hicache and radix_core_tree(served.log) != config.tree:
-            found.append(f"radix-core's RadixCache ran on the {radix_core_tree(served.log)} tree, not {config.tree}")
+        elif not hicache and radix_core_tree(served.log) != config.radix_core_tree:
+            found.append(
+                f"radix-core's RadixCache ran on the {radix_core_tree(served.log)} tree, not {config.radix_core_tree}"
+            )
         expected_backend = config.cache.removeprefix("radix-")
         if radix_core_backend(served.log) != expected_backend:
             found.append(f"radix-core ran {radix_core_backend(served.log)}, not {expected_backend}")

@@ -71,7 +71,7 @@ class ServerConfig:
     speculative: str | None = None  # None, "EAGLE" or "STANDALONE"
     flags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
-    tree: str = "python"  # a radix server's RADIX_CORE_TREE: its RadixCache's nodes in Python or native
+    tree: str | None = None  # a radix server's RADIX_CORE_TREE (None: unset, radix-core's default)
 
     @property
     def name(self) -> str:
@@ -81,7 +81,7 @@ class ServerConfig:
             policy = self.flags[self.flags.index("--hicache-write-policy") + 1]
             layout = self.flags[self.flags.index("--hicache-mem-layout") + 1]
             hicache = f"-hicache-{policy}-{layout}"
-        tree = "-nativetree" if self.tree == "native" else ""
+        tree = f"-{self.tree}tree" if self.tree is not None else ""
         return f"{self.cache}{tree}-page{self.page_size}{spec}{hicache}"
 
     def arguments(self, target: Path, draft: Path, port: int) -> list[str]:
@@ -125,10 +125,18 @@ class ServerConfig:
             "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",  # a KV leak at idle is an error
             **dict(self.env),
         }
+        env.pop("RADIX_CORE_TREE", None)
         if self.cache.startswith("radix-"):
             env["RADIX_CORE_BACKEND"] = self.cache.removeprefix("radix-")
-            env["RADIX_CORE_TREE"] = self.tree
+            if self.tree is not None:
+                env["RADIX_CORE_TREE"] = self.tree
         return env
+
+    @property
+    def radix_core_tree(self) -> str:
+        """The tree a radix server's RadixCache must run on: radix-native's unless told otherwise,
+        which only the native backend has."""
+        return "python" if self.cache == "radix-python" or self.tree == "python" else "native"
 
 
 class ServerFailed(RuntimeError):

@@ -9,7 +9,7 @@ from sglang_server import ServerConfig
 
 RADIX_LOG = (
     "[t] radix-sglang-adapter: the prefix cache runs on radix-core native (radix-native 0.1.0 loaded), "
-    "page_size=1, eagle=False, policy=lru, tree=python\n"
+    "page_size=1, eagle=False, policy=lru, tree=native\n"
     "[t] Tree cache initialized: source=registered('radix') impl=RadixCoreCache hybrid_swa=False\n"
     "[t] Ignore import error when loading sglang.srt.models.qwen3_5: no attribute 'fused_sigmoid_mul_cpu'\n"
 )
@@ -58,11 +58,16 @@ def test_cached_tokens_unlike_sglangs_default_fail() -> None:
 def test_a_server_not_built_on_radix_core_fails() -> None:
     log = RADIX_LOG.replace("impl=RadixCoreCache", "impl=UnifiedRadixCache")
     assert check(served("radix-native", log)) == ["SGLang built UnifiedRadixCache, not RadixCoreCache"]
-    assert check(served("radix-python", RADIX_LOG)) == ["radix-core ran native, not python"]
-    on_python_nodes = dataclasses.replace(
-        served("radix-native", RADIX_LOG), config=ServerConfig("radix-native", tree="native")
-    )
+    assert check(served("radix-python", RADIX_LOG)) == [
+        "radix-core's RadixCache ran on the native tree, not python",
+        "radix-core ran native, not python",
+    ]
+    on_python_nodes = served("radix-native", RADIX_LOG.replace("tree=native", "tree=python"))
     assert check(on_python_nodes) == ["radix-core's RadixCache ran on the python tree, not native"]
+    told_python = dataclasses.replace(
+        served("radix-native", RADIX_LOG), config=ServerConfig("radix-native", tree="python")
+    )
+    assert check(told_python) == ["radix-core's RadixCache ran on the native tree, not python"]
     wrong_default = dataclasses.replace(DEFAULT, log=RADIX_LOG)
     assert disagreements(wrong_default, REFERENCE, None) == [
         "SGLang's default cache is RadixCoreCache, not UnifiedRadixCache"
