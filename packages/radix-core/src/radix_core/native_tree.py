@@ -110,6 +110,18 @@ class NativeNode(TreeNode):
         return f"NativeNode(id={self.id}, generation={self._generation})"
 
 
+def _handle_forgetter(cache_ref: weakref.ref) -> Callable[[weakref.KeyedRef], None]:
+    """The callback that drops a handle's entry from its cache's registry when the handle goes
+    (it reaches the cache weakly: no cycle keeps a dropped cache alive)."""
+
+    def forget(ref: weakref.KeyedRef) -> None:
+        cache = cache_ref()
+        if cache is not None and cache._handles.get(ref.key) is ref:  # not a newer handle's entry
+            del cache._handles[ref.key]
+
+    return forget
+
+
 @functools.cache
 def _handle_class(node_class: type[TreeNode]) -> type[NativeNode]:
     """Handles that also behave as ``node_class`` (a TreeNode subclass adding properties only,
@@ -142,7 +154,9 @@ class NativeRadixCache(RadixCache):
         self._self_ref = weakref.ref(self)  # what handles hold
         self._python: RadixCache | None = None  # the Python tree this cache moved to, if it did
         self._python_nodes: dict[tuple[int, int, int], TreeNode] = {}  # (epoch, id, generation) -> rebuilt
-        self._handles: weakref.WeakValueDictionary[tuple[int, int], NativeNode] = weakref.WeakValueDictionary()
+        # (id, generation) -> a weak reference to the node's one handle, dropped with the handle
+        self._handles: dict[tuple[int, int], weakref.KeyedRef] = {}
+        self._forget_handle = _handle_forgetter(self._self_ref)
         self._page_hashes: dict[int, Any] = {}
         self._held_tensor: Any = None  # a converted value's tensor, during the insert that reads it
         # extra_key <-> the number the tree files it under, for namespaces that have nodes
@@ -163,7 +177,7 @@ class NativeRadixCache(RadixCache):
             self._tree = _backend.native_tree_module().Tree(self.page_size, self.is_eagle, self.eviction_policy)  # type: ignore[union-attr]
         self._tree.reset()
         self._epoch += 1
-        self._handles = weakref.WeakValueDictionary()
+        self._handles = {}
         self._page_hashes.clear()
         self._namespaces, self._namespace_keys = {None: 0}, {0: None}
         self.root_node = self._handle(0, self._tree.root_generation())
@@ -346,10 +360,12 @@ class NativeRadixCache(RadixCache):
 
     def _handle(self, node_id: int, generation: int) -> NativeNode:
         """The one handle of a node while anyone holds it."""
-        handle = self._handles.get((node_id, generation))
+        ref = self._handles.get((node_id, generation))
+        handle = None if ref is None else ref()
         if handle is None:
             handle = self._handle_class(self, node_id, generation)
-            self._handles[node_id, generation] = handle
+            key = (node_id, generation)
+            self._handles[key] = weakref.KeyedRef(handle, self._forget_handle, key)
         return handle
 
     def _ids(self, node: TreeNode | None) -> tuple[int, int]:
@@ -541,7 +557,7 @@ class NativeRadixCache(RadixCache):
             self._python_nodes = {(self._epoch, 0, root._generation): python.root_node}
         self._python = python
         self.root_node = python.root_node
-        self._handles = weakref.WeakValueDictionary()
+        self._handles = {}
         self._page_hashes = {}
         self._tree = None
 
