@@ -4,8 +4,9 @@ A filled Python tree is about three gc-tracked objects a node, which every full 
 serving process walks. Here radix-native's ``Tree`` holds nodes, locks and the eviction heap in
 C++; a node's key is a window of the inserted key's ``array('q')`` (kept, as the Python tree
 keeps it, and taken off the collector's list: an array cannot be in a cycle) or of a copy, and its
-values a copy in a bytearray (which the collector does not track; eviction hands a node's values
-to ``on_evict`` as a view of its bytearray, not copied again).
+values a copy in a bytearray (int32 widened in it; an insert without values keeps the token ids it
+slices instead), which the collector does not track; eviction hands a node's values to
+``on_evict`` as a view of their store, not copied again.
 Python holds the cache and a handle per node someone asked for (``NativeNode``, made on demand,
 one per node while it is referenced), never one object per node. The answers are the Python
 tree's, operation by operation (``radix-native/tests/test_tree.py``, and every radix-core cache
