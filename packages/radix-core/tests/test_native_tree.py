@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import weakref
 from array import array
 
 import pytest
@@ -130,6 +131,22 @@ def test_a_later_value_it_cannot_hold_moves_the_tree_to_python_with_nothing_lost
     assert locked.lock_ref == 0 and list(locked.value) == [30]
     check_invariants(cache)
     assert cache.evict(10) == 5 and sorted(int(v) for value in freed for v in value) == [10, 20, 30, 40, 2**63]
+
+
+def test_after_a_move_an_evicted_node_no_handle_holds_is_released(native_tree):
+    np = pytest.importorskip("numpy")
+    cache = RadixCache(eviction_policy="lru", tree="native")
+    cache.insert([1, 2, 3], np.array([10, 20, 30], dtype=np.uint64))
+    held = cache.insert([1, 2, 4], np.array([10, 20, 40], dtype=np.uint64)).last_node
+    cache.insert([5], np.array([2**63], dtype=np.uint64))  # moves the tree to Python
+    assert cache.tree_kind == "python"
+    rebuilt = cache.match_prefix([1, 2, 3]).last_node  # a Python node: no handle was given out for it
+    value = weakref.ref(rebuilt.value)
+    del rebuilt
+    assert cache.evict(10) == 5
+    gc.collect()
+    assert value() is None, "nothing but the tree held that node, and the tree evicted it"
+    assert held.value.tolist() == [40], "a handle given out before the move still reads its node"
 
 
 def test_a_failing_native_tree_moves_to_python_once_and_keeps_serving(native_tree, monkeypatch, caplog):

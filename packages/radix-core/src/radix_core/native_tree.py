@@ -556,6 +556,10 @@ class NativeRadixCache(RadixCache):
             python.reset()
             root = cast(NativeNode, self.root_node)
             self._python_nodes = {(self._epoch, 0, root._generation): python.root_node}
+        # Only handles given out before the move need their rebuilt node: an entry for any other
+        # node would keep it (its key, its value) alive after the Python tree evicts it.
+        live = {(self._epoch, *key) for key, ref in self._handles.items() if ref() is not None}
+        self._python_nodes = {key: node for key, node in self._python_nodes.items() if key in live or key[1] == 0}
         self._python = python
         self.root_node = python.root_node
         self._handles = {}
