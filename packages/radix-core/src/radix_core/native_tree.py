@@ -556,10 +556,6 @@ class NativeRadixCache(RadixCache):
             python.reset()
             root = cast(NativeNode, self.root_node)
             self._python_nodes = {(self._epoch, 0, root._generation): python.root_node}
-        # Only handles given out before the move need their rebuilt node: an entry for any other
-        # node would keep it (its key, its value) alive after the Python tree evicts it.
-        live = {(self._epoch, *key) for key, ref in self._handles.items() if ref() is not None}
-        self._python_nodes = {key: node for key, node in self._python_nodes.items() if key in live or key[1] == 0}
         self._python = python
         self.root_node = python.root_node
         self._handles = {}
@@ -571,6 +567,9 @@ class NativeRadixCache(RadixCache):
         tree, epoch = self._tree, self._epoch
         root_generation = tree.root_generation()
         nodes = self._python_nodes = {(epoch, 0, root_generation): python.root_node}
+        # Only nodes with a handle given out before the move are looked up by it: an entry for any
+        # other would keep that node (its key, its value) alive after the Python tree evicts it.
+        handed_out = {key for key, ref in self._handles.items() if ref() is not None}
         leaves: list[tuple[int, TreeNode]] = []
         stack = [(0, root_generation, python.root_node)]
         count = 0
@@ -586,7 +585,8 @@ class NativeRadixCache(RadixCache):
                 child.id = child_id
                 child.page_hashes = self._page_hashes.get(child_id)
                 made.children[child.key.child_key(self.page_size)] = child
-                nodes[epoch, child_id, child_generation] = child
+                if (child_id, child_generation) in handed_out:
+                    nodes[epoch, child_id, child_generation] = child
                 if state["heap_stamp"] >= 0:
                     leaves.append((state["heap_stamp"], child))
                 stack.append((child_id, child_generation, child))
