@@ -433,8 +433,7 @@ class TieredRadixCache(RadixCache):
             raise ValueError(f"{node!r} is not an unlocked device leaf with a host copy")
         value, node.value = node.value, None
         units = len(node.key)
-        self._evictable_size -= units
-        self._duplicates.pop(node.id, None)
+        self._evictable_size -= units  # its entry among the duplicates goes when evict_host passes it
         self._reprioritize(node)
         self._reprioritize(cast(TieredNode, node.parent))
         if self.on_evict is not None:
@@ -457,6 +456,7 @@ class TieredRadixCache(RadixCache):
             return False
         for part in reversed(below):  # children before their parents
             self._delete_host_leaf(part)
+        self._duplicates.pop(node.id, None)
         super()._evict_leaf(node)
         return True
 
@@ -472,9 +472,11 @@ class TieredRadixCache(RadixCache):
                 for node in list(self._duplicates.values()):
                     if freed >= num_tokens:
                         break
-                    if not self._is_duplicate(node):
-                        del self._duplicates[node.id]
-                    elif not (spare_device_leaves and self._is_evictable_leaf(node)) and not node.host_lock_ref:
+                    if node.parent is None or node.value is None or node.host_value is None:
+                        del self._duplicates[node.id]  # no longer on both tiers: forgotten
+                    elif spare_device_leaves and self._is_evictable_leaf(node):
+                        continue
+                    elif self._is_duplicate(node) and not node.host_lock_ref:
                         freed += self._drop_host_value(node)
                         del self._duplicates[node.id]
         heap = self._host_heap
@@ -563,7 +565,10 @@ class TieredRadixCache(RadixCache):
         )
 
     def _note_duplicate(self, node: TieredNode) -> None:
-        if self._is_duplicate(node):
+        """Registers a node that became a duplicate; entries go when evict_host passes them (so a
+        node keeps its first place, as in SGLang) or their node leaves the tree. write_back only:
+        the other policies never reclaim duplicates."""
+        if self.write_back and self._is_duplicate(node):
             self._duplicates.setdefault(node.id, node)
 
     def _is_pinned(self, node: TieredNode) -> bool:
@@ -595,6 +600,7 @@ class TieredRadixCache(RadixCache):
         del parent.children[node.key.child_key(self.page_size)]
         node.parent = None
         self._node_count -= 1
+        self._duplicates.pop(node.id, None)
         units = self._drop_host_value(node)
         if self.on_remove is not None:
             self.on_remove(node)
