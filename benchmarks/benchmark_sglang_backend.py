@@ -275,10 +275,11 @@ def replay(
     worker = NoForwardWorker() if hicache else None
     context = sh.build_context(server_args, params, enable_hierarchical_cache=hicache, tp_worker=worker)
     built = IMPLEMENTATIONS[cache_name](context)
-    # With HiCache, the cache's calls into its TreeCore are timed too: the share of the cache's time
-    # a faster core could win back (the rest is UnifiedRadixCache and its cache controller).
-    core = TimedCache(built.tree_core if hicache else None)
-    if hicache:
+    # A UnifiedRadixCache's calls into its TreeCore are timed too: the share of the cache's time a
+    # faster core could win back (the rest is UnifiedRadixCache and its cache controller).
+    tree_core = getattr(built, "tree_core", None)
+    core = TimedCache(tree_core)
+    if tree_core is not None:
         built.tree_core = core
     cache = TimedCache(built)
     clock = time.perf_counter
@@ -333,7 +334,7 @@ def replay(
         seconds.append(spent + clock() - start)
         inside.append(cache.cache_seconds() - core.calls * PROBE_SECONDS)  # the inner probes too
         in_core.append(core.cache_seconds())
-    if hicache:  # what SGLang registers to run at exit would keep every replay's cache alive till then
+    if tree_core is not None:  # what SGLang registers to run at exit would keep every replay's cache alive till then
         built.shutdown()
         atexit.unregister(built.shutdown)
     del cache, core

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-import sglang_cpu_shim
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "sglang_server_site"))
+import sglang_server_shims  # noqa: E402  (SGLang on this CPU, its host tier too: before SGLang imports)
+
 from radix_core.testing import backend_name  # noqa: F401  (the fixture)
 
 settings.register_profile("radix", suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
@@ -16,7 +19,7 @@ settings.load_profile("radix")
 EXPECTED_SGLANG = os.environ.get("RADIX_EXPECT_SGLANG")
 
 try:
-    sglang_cpu_shim.install()
+    sglang_server_shims.install()
     import sglang.srt.mem_cache.radix_cache  # noqa: F401
 except ImportError as exc:
     if EXPECTED_SGLANG:

@@ -4,8 +4,11 @@ Requests are SGLang's ``Req``; rows live in SGLang's ``ReqToTokenPool``; KV slot
 token-to-KV allocator (paged or not) on the CPU device, through SGLang's allocation functions,
 which evict from the tree when the pool runs short. The tree cache is driven through the same
 functions the scheduler uses: ``Req.init_next_round_input`` (match), ``BasePrefixCache.lock``,
-``checkpoint_kv_cache`` (chunked prefill), ``release_kv_cache`` (finish and abort). Only the
-batching is left out: requests move one at a time, a step at a time, as a test chooses.
+``checkpoint_kv_cache`` (chunked prefill), ``release_kv_cache`` (finish and abort); with a host
+tier (HiCache), also the scheduler's ``init_load_back`` at admission, ``ready_to_load_host_cache``
+before the batch, ``check_hicache_events`` before each step and ``flush_pending_backups`` after it,
+over a real KV pool whose rows say which token they hold. Only the batching is left out: requests
+move one at a time, a step at a time, as a test chooses.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from sglang.srt.mem_cache.allocation import (
 )
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.runtime_context import get_context
 from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -80,12 +83,25 @@ def build_context(server_args: Any, params: CacheInitParams, **overrides: Any) -
     return TreeCacheBuildContext(**fields)
 
 
-def small_pools(page_size: int = 1, kv_slots: int = 1024) -> tuple[ReqToTokenPool, Any]:
-    """A request-to-token pool and a KV allocator (paged or not) on the CPU."""
+def small_pools(page_size: int = 1, kv_slots: int = 1024, kv_pool: bool = False) -> tuple[ReqToTokenPool, Any]:
+    """A request-to-token pool and a KV allocator (paged or not) on the CPU; with ``kv_pool``, over
+    a KV pool (two layers, one head of 8 values a token: what a host tier copies)."""
     pool = ReqToTokenPool(16, 2048, "cpu", False)
+    kv = None
+    if kv_pool:
+        shape = {"head_num": 1, "head_dim": 8, "layer_num": 2}
+        kv = MHATokenToKVPool(kv_slots, page_size, torch.float32, **shape, device="cpu", enable_memory_saver=False)
     if page_size == 1:
-        return pool, TokenToKVPoolAllocator(kv_slots, torch.float16, "cpu", None, False)
-    return pool, PagedTokenToKVPoolAllocator(kv_slots, page_size, torch.float16, "cpu", None, False)
+        return pool, TokenToKVPoolAllocator(kv_slots, torch.float32, "cpu", kv, False)
+    return pool, PagedTokenToKVPoolAllocator(kv_slots, page_size, torch.float32, "cpu", kv, False)
+
+
+class NoForwardWorker:
+    """The scheduler's tp_worker as HiCache's set-up sees it: the forward would wait on the
+    load-back counter; there is no forward here."""
+
+    def register_hicache_layer_transfer_counter(self, counter: Any) -> None:
+        pass
 
 
 class Server:
@@ -99,11 +115,14 @@ class Server:
         is_eagle: bool = False,
         policy: str = "lru",
         kv_slots: int = 4096,
+        host_tier: bool = False,
         **params: Any,
     ):
-        """``params``: any other CacheInitParams field (KV events, ...)."""
+        """``params``: any other CacheInitParams field (KV events, ...). ``host_tier``: the cache
+        has HiCache on (the published server args say how): the scheduler's HiCache calls are made."""
         self.page_size = page_size
-        self.pool, self.allocator = small_pools(page_size, kv_slots)
+        self.host_tier = host_tier
+        self.pool, self.allocator = small_pools(page_size, kv_slots, kv_pool=host_tier)
         self.cache = make_cache(cache_params(self.pool, self.allocator, page_size, is_eagle, policy, **params))
         self.live: dict[str, Req] = {}
         self._rids = itertools.count()
@@ -125,11 +144,32 @@ class Server:
             priority=priority,
         )
         req.chunk = chunk
+        self.tick()
         req.init_next_round_input(self.cache)
+        req.loaded_back = 0
+        if self.host_tier and req.host_hit_length:  # admission loads the host hit back, or none of it
+            req.loaded_back, req.last_node = self.cache.init_load_back(
+                InitLoadBackParams(best_match_node=req.best_match_node, host_hit_length=req.host_hit_length, req=req)
+            )
+            req.prefix_len += req.loaded_back
+            req.kv.cache_protected_len = req.prefix_len
         req.lock = self.cache.lock(req.last_node)
         self.live[req.rid] = req
+        if self.host_tier:
+            self.cache.ready_to_load_host_cache()
         self._extend(req)
+        self.done()
         return req
+
+    def tick(self) -> None:
+        """Before a scheduler step: the host tier's finished copies are settled."""
+        if self.host_tier:
+            self.cache.check_hicache_events()
+
+    def done(self) -> None:
+        """After a step's results: the backups it queued are submitted."""
+        if self.host_tier:
+            self.cache.flush_pending_backups()
 
     def prefilling(self, req: Req) -> bool:
         return req.extend_end < len(req.full_untruncated_fill_ids)
@@ -137,12 +177,14 @@ class Server:
     def step(self, req: Req, next_token: int) -> None:
         """One scheduler step of ``req``: its next prefill chunk (after checkpointing the last one,
         as chunked prefill does), or one decoded token."""
+        self.tick()
         if self.prefilling(req):
             checkpoint_kv_cache(req, self.cache)
             req.init_next_round_input()  # a chunked request continues in its own row
             self._extend(req)
         else:
             self._decode(req, next_token)
+        self.done()
 
     def finish(self, req: Req) -> None:
         req.finished_reason = FINISH_LENGTH(len(req.output_ids))
@@ -165,6 +207,26 @@ class Server:
     def row(self, req: Req) -> list[int]:
         """The KV slots of ``req``'s tokens, as its row holds them."""
         return self.pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len].tolist()
+
+    def kv_tokens(self, req: Req) -> list[int]:
+        """The token each of ``req``'s KV slots holds the KV of (with a host tier: what the
+        forward would read, device KV written at prefill or loaded back from the host)."""
+        k_buffer = self.allocator.get_kvcache().k_buffer
+        slots = self.pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len].to(torch.int64)
+        held = [k_buffer[layer][slots, 0, 0].to(torch.int64).tolist() for layer in range(len(k_buffer))]
+        assert all(layer == held[0] for layer in held), "the layers of one token's KV disagree"
+        return held[0]
+
+    def _compute_kv(self, slots: torch.Tensor, tokens: Any) -> None:
+        """The forward's KV writes: each slot's K and V, in every layer, say which token it is."""
+        if not self.host_tier:
+            return
+        kv_pool = self.allocator.get_kvcache()
+        values = torch.tensor(list(tokens), dtype=torch.float32).view(-1, 1, 1)
+        slots = slots.to(torch.int64)
+        for buffers in (kv_pool.k_buffer, kv_pool.v_buffer):
+            for layer in buffers:
+                layer[slots] = values
 
     # ----- allocation, as SGLang's alloc_for_extend / alloc_for_decode do it for a batch of one --
 
@@ -189,6 +251,7 @@ class Server:
         row = req.kv.req_pool_idx
         self.pool.write((row, slice(0, prefix_len)), prefix)
         self.pool.write((row, slice(prefix_len, req.extend_end)), slots)
+        self._compute_kv(slots, req.full_untruncated_fill_ids[prefix_len : req.extend_end])
         req.kv.kv_allocated_len = req.kv.kv_committed_len = req.extend_end
 
     def _decode(self, req: Req, token: int) -> None:
@@ -201,10 +264,13 @@ class Server:
             seq_lens = torch.tensor([seq_len + 1], dtype=torch.int64)
             slot = alloc_paged_token_slots_decode(self.cache, seq_lens, seq_lens, last_loc)
         self.pool.write((row, seq_len), slot.to(torch.int32))
+        self._compute_kv(slot, [token])
         req.output_ids.append(token)
         req.kv.kv_allocated_len += 1
         req.kv.kv_committed_len += 1
 
     def _release(self, req: Req, checkpoint: bool) -> None:
+        self.tick()
         release_kv_cache(req, self.cache, checkpoint=checkpoint)
         del self.live[req.rid]
+        self.done()

@@ -92,6 +92,15 @@ def run_load(server: Server, prompts: list[list[int]]) -> dict[int, tuple[int, .
     return {index: output for index, output in answers if output is not None}
 
 
+def hicache_route(config) -> tuple[str, str | None]:
+    """The cache (and TreeCore) ``--radix-cache-backend radix`` serves a HiCache server on:
+    RadixCoreHiCache; with speculative decoding or L3 storage, which it leaves to SGLang's
+    UnifiedRadixCache, that cache on radix-core's TreeCore."""
+    if config.speculative or "--hicache-storage-backend" in config.flags:
+        return "UnifiedRadixCache", "RadixTreeCore"
+    return "RadixCoreHiCache", None
+
+
 def disagreements(served: Served, reference: Served, default_twin: Served | None) -> list[str]:
     """Everything wrong with ``served``: log problems, the wrong cache, outputs unlike the no-cache
     server's, cached tokens unlike SGLang's default cache's (for a radix server)."""
@@ -100,8 +109,8 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
     impl = cache_impl(served.log)
     hicache = HICACHE in config.flags
     if config.cache.startswith("radix-"):
-        if hicache and (impl, tree_core(served.log)) != ("UnifiedRadixCache", "RadixTreeCore"):
-            found.append(f"SGLang built {impl} on {tree_core(served.log)}, not UnifiedRadixCache on RadixTreeCore")
+        if hicache and (impl, tree_core(served.log)) != hicache_route(config):
+            found.append(f"SGLang built {impl} (TreeCore {tree_core(served.log)}), not {hicache_route(config)}")
         elif not hicache and impl != "RadixCoreCache":
             found.append(f"SGLang built {impl}, not RadixCoreCache")
         elif not hicache and radix_core_tree(served.log) != config.radix_core_tree:

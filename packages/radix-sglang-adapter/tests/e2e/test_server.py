@@ -78,7 +78,8 @@ CHECKED = [
     ServerConfig("default", speculative="STANDALONE"),
     ServerConfig("radix-native", speculative="STANDALONE"),
     # 6. HiCache (a host tier under an evicting device pool): write policies, layouts, page 1 and
-    # 16, EAGLE; radix serves SGLang's UnifiedRadixCache on radix-core's TreeCore
+    # 16, EAGLE; radix serves them on RadixCoreHiCache, and with EAGLE (HiCache's draft pools) on
+    # SGLang's UnifiedRadixCache over radix-core's TreeCore
     *HICACHED,
 ]
 

@@ -190,9 +190,20 @@ def build_cache(ctx: Any) -> Any:
     if refusal is not None:
         raise ValueError(refusal)
     if ctx.enable_hierarchical_cache:
-        cache = _unified_cache_on_radix_core(ctx)
-        what = f"UnifiedRadixCache with HiCache ({ctx.server_args.hicache_write_policy}), its TreeCore"
+        from .hicache import RadixCoreHiCache, route_refusal
+
+        policy = ctx.server_args.hicache_write_policy
         tree = "python"  # TieredRadixCache's nodes are Python's (issue 19, slice 4)
+        unserved = route_refusal(ctx)
+        if unserved is None:
+            cache = RadixCoreHiCache(ctx.params, ctx.tp_worker)
+            what = f"the prefix cache with HiCache ({policy})"
+        else:
+            logger.info(
+                "%s with HiCache and %s: UnifiedRadixCache serves it on radix-core's TreeCore", SELECT_FLAG, unserved
+            )
+            cache = _unified_cache_on_radix_core(ctx)
+            what = f"UnifiedRadixCache with HiCache ({policy}), its TreeCore"
     else:
         from .cache import RadixCoreCache
 

@@ -138,7 +138,7 @@ class RadixCoreCache(RadixCache):
         prompt_key = self._request_key(req, min(len(req.origin_input_ids), up_to))
         prompt_len = len(prompt_key)
         split_prompt = 0 < prompt_len < key_len
-        matched, node = self.tree.insert(
+        inserted = self.tree.insert(
             key,
             values,
             priority,
@@ -148,6 +148,7 @@ class RadixCoreCache(RadixCache):
             copy=not converted,  # the native tree copies what it keeps (int32 widened as it goes)
             split_at=prompt_len if split_prompt else None,
         )
+        matched, node = inserted.prefix_len, inserted.last_node
         kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
         if split_prompt:  # the path is all cached now: no values, no comparisons
             split_priority = min(priority + 1, _INT64_MAX)
@@ -159,13 +160,22 @@ class RadixCoreCache(RadixCache):
                 value_offset=prompt_len,
                 known_path=node,
             )
-        self.token_to_kv_pool_allocator.free_segment(row[protected:matched], start_pos=protected)
+        for start, stop in self._duplicate_ranges(inserted, protected):
+            self.token_to_kv_pool_allocator.free_segment(row[start:stop], start_pos=start)
         if matched > protected:
             tree_indices = self.tree.path_indices(node)
             self.req_to_token_pool.write((kv.req_pool_idx, slice(protected, matched)), tree_indices[protected:matched])
         kv.cache_protected_len = key_len
         req.lock = self._move_lock(req.lock, node)
         req.last_node = node
+        self._inserted(inserted)
+
+    def _duplicate_ranges(self, inserted: Any, protected: int) -> list[tuple[int, int]]:
+        """The row's ranges that an insert found cached already: the request's copies, to free."""
+        return [(protected, inserted.prefix_len)]
+
+    def _inserted(self, inserted: Any) -> None:
+        """After a checkpoint's insert, its request and row settled (the host tier backs up here)."""
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)  # in place, as SGLang does

@@ -1,0 +1,228 @@
+"""The ``radix`` backend with HiCache against SGLang's own cache with HiCache, at the scheduler's level.
+
+The same random stream of requests runs on two CPU "servers" (``scheduler_harness``) with a host
+tier twice their small device pool, so that prefixes are evicted to the host and loaded back:
+one on SGLang's UnifiedRadixCache (its Python TreeCore, the reference: its Rust one orders ties
+by its own clock), one on ``RadixCoreHiCache``. Both run SGLang's cache controller and host pool,
+copying real KV (SGLang's ``direct`` io backend, on the CPU through the test shims). After every
+step both must agree on each arrival's device prefix and what it loaded back, every live
+request's KV row and the tokens its KV holds, the device allocator's free slots (in order), the
+host pool's used slots, and the sizes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sglang_harness as sg
+
+if not sg.HAS_CHECKPOINT:
+    pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
+
+from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, MatchPrefixParams  # noqa: E402
+from sglang.srt.mem_cache.hicache_storage import PoolName  # noqa: E402
+from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
+
+import radix_sglang_adapter.backend as backend  # noqa: E402
+import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from radix_sglang_adapter.backend.hicache import RadixCoreHiCache, route_refusal  # noqa: E402
+
+SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 40)), [4] * 5, [5, 6, 7], [8] * 33, list(range(40, 60))]
+prompts = st.tuples(
+    st.lists(st.sampled_from(range(len(SEGMENTS))), min_size=1, max_size=3), st.lists(st.integers(0, 9), max_size=8)
+).map(lambda parts: [t for i in parts[0] for t in SEGMENTS[i]] + parts[1])
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("arrive"), prompts, st.sampled_from([8, 16, 40, 1000])),
+        st.tuples(st.just("step"), st.integers(0, 9), st.integers(0, 9)),
+        st.tuples(st.just("step"), st.integers(0, 9), st.integers(0, 9)),
+        st.tuples(st.just("finish"), st.integers(0, 9)),
+        st.tuples(st.just("abort"), st.integers(0, 9)),
+        st.tuples(st.just("evict"), st.integers(0, 60)),
+        st.tuples(st.just("flush")),
+    ),
+    min_size=10,
+    max_size=80,
+)
+MAX_LIVE = 3  # prompts <= 130 tokens plus a few outputs: never more than the pool can hold locked
+WRITE_POLICIES = ["write_through", "write_through_selective", "write_back"]
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch):
+    """One clock for both trees that never returns the same time twice: exact eviction orders."""
+    ticks = itertools.count(1)
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
+
+
+def hicache_server_args(write_policy: str, layout: str = "layer_first") -> Any:
+    return sh.published_server_args(
+        enable_hierarchical_cache=True,
+        hicache_ratio=2.0,
+        hicache_write_policy=write_policy,
+        hicache_io_backend="direct",
+        hicache_mem_layout=layout,
+    )
+
+
+def makers(server_args: Any) -> list:
+    """SGLang's cache with HiCache (Python TreeCore) and the backend's, each from SGLang's context."""
+
+    def context(params: Any) -> Any:
+        return sh.build_context(server_args, params, enable_hierarchical_cache=True, tp_worker=sh.NoForwardWorker())
+
+    def sglangs(params: Any) -> Any:
+        params.tree_core_backend = "python"
+        return create_tree_cache(context(params))
+
+    def ours(params: Any) -> Any:
+        cache = backend.build_cache(context(params))
+        assert isinstance(cache, RadixCoreHiCache)
+        return cache
+
+    return [sglangs, ours]
+
+
+def host_state(server: sh.Server) -> tuple:
+    host_pool = server.cache.cache_controller.mem_pool_host.get_pool(PoolName.KV)
+    return host_pool.available_size(), host_pool.slot_used.nonzero().flatten().tolist()
+
+
+def device_total(cache: Any) -> int:
+    """Units cached on the device (UnifiedRadixCache answers with its auxiliary units beside them)."""
+    total = cache.total_size()
+    return total[0] if isinstance(total, tuple) else total
+
+
+def pool_state(server: sh.Server) -> tuple:
+    allocator = server.allocator
+    free = allocator.free_pages if server.page_size == 1 else allocator.get_all_free_pages()
+    cache = server.cache
+    return (free.tolist(), cache.evictable_size(), cache.protected_size(), device_total(cache), host_state(server))
+
+
+def tokens_of(req: Any) -> list[int]:
+    return [*req.origin_input_ids, *req.output_ids][: req.kv.kv_allocated_len]
+
+
+def run_both(ops: list[tuple], server_args: Any, page_size: int, is_eagle: bool) -> dict[str, int]:
+    """Replays ``ops`` on both servers, comparing them after each step; returns how much of the
+    prompts the device served, and the host tier."""
+    kv_slots = 512 if page_size > 1 else 448
+    servers = [
+        sh.Server(make, page_size=page_size, is_eagle=is_eagle, kv_slots=kv_slots, host_tier=True)
+        for make in makers(server_args)
+    ]
+    theirs, ours = servers
+    live: list[tuple] = []
+    seen = {"matched": 0, "loaded_back": 0}
+    for step, (name, *args) in enumerate(ops):
+        where = f"step {step}: {name}{tuple(args)!r}"
+        if name == "arrive" and len(live) < MAX_LIVE:
+            prompt, chunk = args
+            pair = [server.arrive(prompt, chunk) for server in servers]
+            assert (pair[0].prefix_len, pair[0].loaded_back) == (pair[1].prefix_len, pair[1].loaded_back), where
+            seen["matched"] += pair[0].prefix_len
+            seen["loaded_back"] += pair[0].loaded_back
+            live.append(tuple(pair))
+        elif name == "step" and live:
+            which, token = args
+            for server, req in zip(servers, live[which % len(live)]):
+                server.step(req, token)
+        elif name in ("finish", "abort") and live:
+            for server, req in zip(servers, live.pop(args[0] % len(live))):
+                getattr(server, name)(req)
+        elif name == "evict":
+            assert theirs.evict(args[0]) == ours.evict(args[0]), where
+        elif name == "flush" and not live:
+            for server in servers:
+                server.flush()
+        assert pool_state(theirs) == pool_state(ours), where
+        for their_req, our_req in live:
+            assert theirs.row(their_req) == ours.row(our_req), where
+            assert ours.kv_tokens(our_req) == tokens_of(our_req), f"{where}: KV of other tokens"
+    return seen
+
+
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("write_policy", WRITE_POLICIES)
+def test_request_streams_give_the_same_answers(backend_name, ticking_clock, write_policy, page_size, is_eagle):
+    with hicache_server_args(write_policy) as server_args:
+
+        @settings(max_examples=50)
+        @given(ops=operations)
+        def check(ops):
+            run_both(ops, server_args, page_size, is_eagle)
+
+        check()
+
+
+def busy_stream() -> list[tuple]:
+    """60 requests one after another on six documents, each asked twice in a row (two hits: what
+    write_through_selective backs up), then not before the device pool has moved on (evicted to
+    the host), then loaded back."""
+    documents = [list(range(1000 * number, 1000 * number + 96)) for number in range(6)]
+    ops: list[tuple] = []
+    for turn in range(60):
+        prompt = documents[(turn // 2) % 6] + [100 + turn] * 20
+        ops.append(("arrive", prompt, 16))
+        ops += [("step", 0, turn % 10)] * 8
+        ops.append(("finish" if turn % 5 else "abort", 0))
+    return ops
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first_direct"])  # direct io: what page_first becomes
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("write_policy", WRITE_POLICIES)
+def test_a_busy_stream_evicts_to_the_host_and_loads_back(backend_name, ticking_clock, write_policy, page_size, layout):
+    """A long fixed stream, so that the random ones above are known to reach the host tier."""
+    with hicache_server_args(write_policy, layout) as server_args:
+        seen = run_both(busy_stream(), server_args, page_size, False)
+    assert seen["matched"] > 300, "prompts were served from the device"
+    assert seen["loaded_back"] > 300, "prefixes evicted to the host tier came back from it"
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({}, None),
+        ({"hicache_write_policy": "write_back", "hicache_mem_layout": "page_first_direct"}, None),
+        ({"speculative_algorithm": "EAGLE"}, "speculative decoding"),
+        ({"hicache_storage_backend": "file"}, "L3 storage"),
+    ],
+)
+def test_what_radix_core_hicache_leaves_to_unified_radix_cache_is_named(backend_name, options, refusal):
+    """Speculative decoding (HiCache's draft pools) and L3 storage go to SGLang's UnifiedRadixCache
+    on radix-core's TreeCore (served end to end in tests/e2e); the rest to RadixCoreHiCache."""
+    with sh.published_server_args(enable_hierarchical_cache=True, hicache_io_backend="direct", **options) as args:
+        pool, allocator = sh.small_pools(16, 512, kv_pool=True)
+        params = sh.cache_params(pool, allocator, 16, False, "lru")
+        context = sh.build_context(args, params, enable_hierarchical_cache=True, tp_worker=sh.NoForwardWorker())
+        found = route_refusal(context)
+        assert found is None if refusal is None else refusal in found
+        if refusal is None:
+            assert isinstance(backend.build_cache(context), RadixCoreHiCache)
+
+
+def test_a_load_back_whose_host_run_is_gone_loads_nothing(backend_name, ticking_clock):
+    """Between a request's match and its admission, host eviction may take its host run: it is
+    then recomputed (nothing loaded, its device node kept), never an error."""
+    with hicache_server_args("write_through") as server_args:
+        server = sh.Server(makers(server_args)[1], page_size=16, kv_slots=512, host_tier=True)
+        for prompt in ([7] * 96, [8] * 400, [9] * 400):  # the first is backed up, then evicted
+            server.finish(server.arrive(prompt, 1000))
+        cache = server.cache
+        found = cache.match_prefix(MatchPrefixParams(key=sg.key([7] * 96)))
+        assert found.host_hit_length == 96
+        assert cache.evict_host(10**6) == 496  # every host-only page ([9] * 400 is on the device too)
+        req = SimpleNamespace(last_node=found.last_device_node)
+        params = InitLoadBackParams(best_match_node=found.best_match_node, host_hit_length=96, req=req)
+        assert cache.init_load_back(params) == (0, found.last_device_node)
