@@ -36,14 +36,15 @@ request as the scheduler's publisher takes them after every batch (inside the cl
 publisher's serialization runs on its own thread, outside the scheduler's).
 
 ``--hicache``: instead, the cells with HiCache on (``--enable-hierarchical-cache``, a host tier twice
-the device pool; write_through and write_back x 1M and 200k tokens): SGLang's default and
-``--radix-cache-backend radix`` are then both UnifiedRadixCache with its cache controller, on SGLang's
-Rust TreeCore or on radix-core's (native, pure). The scheduler's HiCache calls are added: its poll
+the device pool; write_through and write_back x 1M and 200k tokens): SGLang's default is then
+UnifiedRadixCache with its cache controller on SGLang's Rust TreeCore, ``--radix-cache-backend radix``
+RadixCoreHiCache (radix-core's tiered tree driving the same controller). The scheduler's HiCache
+calls are added: its poll
 of the host tier once per request, a host hit's load-back at admission, the batch's start of the
 load. The host tier's KV copies move nothing (on a GPU they are kernels on their own streams, off the
-scheduler's CPU; see ``host_copies_move_nothing``); their bookkeeping stays on the clock. The cache's
-calls into its TreeCore are timed too, so each cell also says what the cache would cost with a
-TreeCore costing nothing: the most any core can win.
+scheduler's CPU; see ``host_copies_move_nothing``); their bookkeeping stays on the clock. The default's
+calls into its TreeCore are timed too, so each cell also says what it would cost with a TreeCore
+costing nothing: the most any core under UnifiedRadixCache can win.
 
     python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--kv-events | --hicache]
                                                   [--check] [--json FILE]
@@ -208,8 +209,9 @@ IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
     "radix native, Python tree": backend_cache,
     "radix pure": backend_cache,
 }
-# With HiCache on, both SGLang's default and --radix-cache-backend radix are UnifiedRadixCache with
-# its cache controller, on SGLang's Rust TreeCore or on radix-core's; SGLang's RadixCache has no host tier.
+# With HiCache on, SGLang's default is UnifiedRadixCache with its cache controller on its Rust TreeCore,
+# --radix-cache-backend radix RadixCoreHiCache driving the same controller; SGLang's RadixCache has no
+# host tier.
 HICACHE_IMPLEMENTATIONS = [BASELINE, "radix native", "radix pure"]
 HICACHE_CELLS = [(policy, capacity) for policy in ("write_through", "write_back") for capacity in ("1M", "200k")]
 HICACHE_TARGET = 2.0  # radix native over SGLang's default, both with HiCache, in the cache (issue 18)
@@ -260,7 +262,8 @@ def replay(
     chunk: int,
     hicache: bool = False,
 ):
-    """Seconds per request on the scheduler path, inside the cache and inside its TreeCore (HiCache),
+    """Seconds per request on the scheduler path, inside the cache and inside its TreeCore (none
+    for a cache without one),
     each request's matched prefix (on the device, loaded back from the host tier), and the filled
     cache (alone in a list, so that the caller can drop it)."""
     longest = max(len(prompt) + len(output) for prompt, output in requests)
@@ -275,9 +278,9 @@ def replay(
     worker = NoForwardWorker() if hicache else None
     context = sh.build_context(server_args, params, enable_hierarchical_cache=hicache, tp_worker=worker)
     built = IMPLEMENTATIONS[cache_name](context)
-    # A UnifiedRadixCache's calls into its TreeCore are timed too: the share of the cache's time a
-    # faster core could win back (the rest is UnifiedRadixCache and its cache controller).
-    tree_core = getattr(built, "tree_core", None)
+    # With HiCache, a UnifiedRadixCache's calls into its TreeCore are timed too: the share of the
+    # cache's time a faster core could win back (the rest is UnifiedRadixCache and its controller).
+    tree_core = getattr(built, "tree_core", None) if hicache else None
     core = TimedCache(tree_core)
     if tree_core is not None:
         built.tree_core = core
@@ -333,8 +336,9 @@ def replay(
             cache.take_events()
         seconds.append(spent + clock() - start)
         inside.append(cache.cache_seconds() - core.calls * PROBE_SECONDS)  # the inner probes too
-        in_core.append(core.cache_seconds())
-    if tree_core is not None:  # what SGLang registers to run at exit would keep every replay's cache alive till then
+        if tree_core is not None:
+            in_core.append(core.cache_seconds())
+    if tree_core is not None:  # what UnifiedRadixCache registers to run at exit would keep it alive till then
         built.shutdown()
         atexit.unregister(built.shutdown)
     del cache, core
@@ -391,7 +395,8 @@ def measure(
             gc.collect()
             seconds, inside, in_core, matched, held = run_one(name, server_args, requests, eagle, slots, chunk, hicache)
             per_round[name].append(sum(inside) / len(inside))
-            core_per_round[name].append(sum(in_core) / len(in_core))
+            if in_core:
+                core_per_round[name].append(sum(in_core) / len(in_core))
             path_per_round[name].append(sum(seconds) / len(seconds))
             matched_by[name] = matched
             if r == rounds - 1:
@@ -431,8 +436,8 @@ def measure(
             "path_speedup": statistics.median(path_ratios),
             **footprint[name],
         }
-        if hicache:  # in its TreeCore; and what the cache would cost with a core costing nothing
-            core_times = core_per_round[name]
+        core_times = core_per_round[name]
+        if core_times:  # in its TreeCore; and what the cache would cost with a core costing nothing
             cell["implementations"][name]["core_us_per_request"] = statistics.median(core_times) * 1e6
             ceilings = [b / (t - c) for b, t, c in zip(per_round[BASELINE], times, core_times)]
             cell["implementations"][name]["free_core_speedup"] = statistics.median(ceilings)

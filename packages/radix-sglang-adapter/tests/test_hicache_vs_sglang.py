@@ -2,8 +2,8 @@
 
 The same random stream of requests runs on two CPU "servers" (``scheduler_harness``) with a host
 tier twice their small device pool, so that prefixes are evicted to the host and loaded back:
-one on SGLang's UnifiedRadixCache (its Python TreeCore, the reference: its Rust one orders ties
-by its own clock), one on ``RadixCoreHiCache``. Both run SGLang's cache controller and host pool,
+one on SGLang's UnifiedRadixCache (on its Rust TreeCore, its default, and on its Python one), one
+on ``RadixCoreHiCache``. Both run SGLang's cache controller and host pool,
 copying real KV (SGLang's ``direct`` io backend, on the CPU through the test shims). After every
 step both must agree on each arrival's device prefix and what it loaded back, every live
 request's KV row and the tokens its KV holds, the device allocator's free slots (in order), the
@@ -72,14 +72,15 @@ def hicache_server_args(write_policy: str, layout: str = "layer_first") -> Any:
     )
 
 
-def makers(server_args: Any) -> list:
-    """SGLang's cache with HiCache (Python TreeCore) and the backend's, each from SGLang's context."""
+def makers(server_args: Any, core: str = "rust") -> list:
+    """SGLang's cache with HiCache (on its ``core`` TreeCore) and the backend's, each from SGLang's
+    context."""
 
     def context(params: Any) -> Any:
         return sh.build_context(server_args, params, enable_hierarchical_cache=True, tp_worker=sh.NoForwardWorker())
 
     def sglangs(params: Any) -> Any:
-        params.tree_core_backend = "python"
+        params.tree_core_backend = core
         return create_tree_cache(context(params))
 
     def ours(params: Any) -> Any:
@@ -112,13 +113,13 @@ def tokens_of(req: Any) -> list[int]:
     return [*req.origin_input_ids, *req.output_ids][: req.kv.kv_allocated_len]
 
 
-def run_both(ops: list[tuple], server_args: Any, page_size: int, is_eagle: bool) -> dict[str, int]:
+def run_both(ops: list[tuple], server_args: Any, core: str, page_size: int, is_eagle: bool) -> dict[str, int]:
     """Replays ``ops`` on both servers, comparing them after each step; returns how much of the
     prompts the device served, and the host tier."""
     kv_slots = 512 if page_size > 1 else 448
     servers = [
         sh.Server(make, page_size=page_size, is_eagle=is_eagle, kv_slots=kv_slots, host_tier=True)
-        for make in makers(server_args)
+        for make in makers(server_args, core)
     ]
     theirs, ours = servers
     live: list[tuple] = []
@@ -151,16 +152,20 @@ def run_both(ops: list[tuple], server_args: Any, page_size: int, is_eagle: bool)
     return seen
 
 
+CORES = ["rust", "python"]  # SGLang's TreeCores: its default, and its reference
+
+
 @pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("write_policy", WRITE_POLICIES)
-def test_request_streams_give_the_same_answers(backend_name, ticking_clock, write_policy, page_size, is_eagle):
+@pytest.mark.parametrize("core", CORES)
+def test_request_streams_give_the_same_answers(backend_name, ticking_clock, core, write_policy, page_size, is_eagle):
     with hicache_server_args(write_policy) as server_args:
 
-        @settings(max_examples=50)
+        @settings(max_examples=30)
         @given(ops=operations)
         def check(ops):
-            run_both(ops, server_args, page_size, is_eagle)
+            run_both(ops, server_args, core, page_size, is_eagle)
 
         check()
 
@@ -182,10 +187,13 @@ def busy_stream() -> list[tuple]:
 @pytest.mark.parametrize("layout", ["layer_first", "page_first_direct"])  # direct io: what page_first becomes
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("write_policy", WRITE_POLICIES)
-def test_a_busy_stream_evicts_to_the_host_and_loads_back(backend_name, ticking_clock, write_policy, page_size, layout):
+@pytest.mark.parametrize("core", CORES)
+def test_a_busy_stream_evicts_to_the_host_and_loads_back(
+    backend_name, ticking_clock, core, write_policy, page_size, layout
+):
     """A long fixed stream, so that the random ones above are known to reach the host tier."""
     with hicache_server_args(write_policy, layout) as server_args:
-        seen = run_both(busy_stream(), server_args, page_size, False)
+        seen = run_both(busy_stream(), server_args, core, page_size, False)
     assert seen["matched"] > 300, "prompts were served from the device"
     assert seen["loaded_back"] > 300, "prefixes evicted to the host tier came back from it"
 

@@ -220,12 +220,40 @@ class RadixCoreHiCache(RadixCoreCache):
         for ack in self._landed(controller.ack_write_queue):
             for node_id in ack.node_ids:
                 self._finish_backup(self.ongoing_write_through.pop(node_id))
+            self._count_copy(ack, load_back=False)
         for ack in self._landed(controller.ack_load_queue):
             for node_id in ack.node_ids:
                 node, host_lock = self.ongoing_load_back.pop(node_id)
                 tree.dec_lock_ref(node)
                 tree.dec_host_lock_ref(node, host_lock)
                 tree.finish_load_back(node)
+            self._count_copy(ack, load_back=True)
+
+    def _count_copy(self, ack: Any, load_back: bool) -> None:
+        """SGLang's metrics of a landed copy (``--enable-metrics``), as UnifiedRadixCache records them."""
+        metrics = self.metrics_collector
+        if metrics is None:
+            return
+        count_tokens, count_bytes, observe = (
+            (
+                metrics.increment_load_back_num_tokens,
+                metrics.increment_load_back_num_bytes,
+                metrics.observe_load_back_duration,
+            )
+            if load_back
+            else (
+                metrics.increment_backup_num_tokens,
+                metrics.increment_backup_num_bytes,
+                metrics.observe_backup_duration,
+            )
+        )
+        for pool, tokens in (ack.num_tokens_by_pool or {}).items():
+            if tokens > 0:
+                count_tokens(num_tokens=tokens, pool=pool)
+        if ack.num_bytes > 0:
+            count_bytes(ack.num_bytes)
+        if ack.timing_enabled:
+            observe(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)
 
     @staticmethod
     def _landed(queue: list) -> list:
@@ -262,6 +290,7 @@ class RadixCoreHiCache(RadixCoreCache):
             for node_id in ack.node_ids:
                 if node_id in self.ongoing_write_through:
                     self._finish_backup(self.ongoing_write_through.pop(node_id))
+            self._count_copy(ack, load_back=False)
 
     def flush_pending_backups(self) -> None:
         self.cache_controller.start_writing()
