@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,3 +27,10 @@ except ImportError as exc:
     if EXPECTED_SGLANG:
         raise
     pytest.skip(f"SGLang is not importable here: {exc}", allow_module_level=True)
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch):
+    """One clock for both trees that never returns the same time twice: exact eviction orders."""
+    ticks = itertools.count(1)
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))

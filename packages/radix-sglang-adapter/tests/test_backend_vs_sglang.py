@@ -10,8 +10,6 @@ order), the evictable, protected and total sizes, and the KV cache events each r
 
 from __future__ import annotations
 
-import itertools
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +23,7 @@ import sglang_harness as sg
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
+from request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
 from sglang.srt.disaggregation.kv_events import KVEventBatch  # noqa: E402
 from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
@@ -33,10 +32,6 @@ import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from kv_event_router import Router, cached_blocks  # noqa: E402
 from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
 
-SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 40)), [4] * 5, [5, 6, 7], [8] * 33, list(range(40, 60))]
-prompts = st.tuples(
-    st.lists(st.sampled_from(range(len(SEGMENTS))), min_size=1, max_size=3), st.lists(st.integers(0, 9), max_size=8)
-).map(lambda parts: [t for i in parts[0] for t in SEGMENTS[i]] + parts[1])
 namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")])
 operations = st.lists(
     st.one_of(
@@ -51,14 +46,6 @@ operations = st.lists(
     min_size=10,
     max_size=80,
 )
-MAX_LIVE = 3  # prompts <= 130 tokens plus a few outputs: never more than the pool can hold locked
-
-
-@pytest.fixture
-def ticking_clock(monkeypatch):
-    """One clock for both trees that never returns the same time twice: exact eviction orders."""
-    ticks = itertools.count(1)
-    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -123,24 +110,14 @@ def run_both(
     for step, (name, *args) in enumerate(ops):
         where = f"step {step}: {name}{tuple(args)!r}"
         cached_before = theirs.cache.total_size()
-        if name == "arrive" and len(live) < MAX_LIVE:
+        if name != "arrive":
+            play(servers, live, name, args, where)
+        elif len(live) < MAX_LIVE:
             prompt, chunk, (extra_key, salt), priority = args
             pair = [server.arrive(prompt, chunk, extra_key, salt, priority) for server in servers]
             assert pair[0].prefix_len == pair[1].prefix_len, where
             seen["matched"] += pair[0].prefix_len
             live.append(tuple(pair))
-        elif name == "step" and live:
-            which, token = args
-            for server, req in zip(servers, live[which % len(live)]):
-                server.step(req, token)
-        elif name in ("finish", "abort") and live:
-            for server, req in zip(servers, live.pop(args[0] % len(live))):
-                getattr(server, name)(req)
-        elif name == "evict":
-            assert theirs.evict(args[0]) == ours.evict(args[0]), where
-        elif name == "flush" and not live:
-            for server in servers:
-                server.flush()
         seen["evicted"] += max(0, cached_before - theirs.cache.total_size())
         events, our_events = theirs.cache.take_events(), ours.cache.take_events()
         assert events == our_events, where

@@ -12,8 +12,6 @@ host pool's used slots, and the sizes.
 
 from __future__ import annotations
 
-import itertools
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,6 +24,7 @@ import sglang_harness as sg
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
+from request_streams import MAX_LIVE, play, prompts  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.hicache_storage import PoolName  # noqa: E402
 from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
@@ -34,10 +33,6 @@ import radix_sglang_adapter.backend as backend  # noqa: E402
 import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from radix_sglang_adapter.backend.hicache import RadixCoreHiCache, route_refusal  # noqa: E402
 
-SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 40)), [4] * 5, [5, 6, 7], [8] * 33, list(range(40, 60))]
-prompts = st.tuples(
-    st.lists(st.sampled_from(range(len(SEGMENTS))), min_size=1, max_size=3), st.lists(st.integers(0, 9), max_size=8)
-).map(lambda parts: [t for i in parts[0] for t in SEGMENTS[i]] + parts[1])
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("arrive"), prompts, st.sampled_from([8, 16, 40, 1000])),
@@ -51,15 +46,7 @@ operations = st.lists(
     min_size=10,
     max_size=80,
 )
-MAX_LIVE = 3  # prompts <= 130 tokens plus a few outputs: never more than the pool can hold locked
 WRITE_POLICIES = ["write_through", "write_through_selective", "write_back"]
-
-
-@pytest.fixture
-def ticking_clock(monkeypatch):
-    """One clock for both trees that never returns the same time twice: exact eviction orders."""
-    ticks = itertools.count(1)
-    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
 
 
 def hicache_server_args(write_policy: str, layout: str = "layer_first") -> Any:
@@ -126,25 +113,15 @@ def run_both(ops: list[tuple], server_args: Any, core: str, page_size: int, is_e
     seen = {"matched": 0, "loaded_back": 0}
     for step, (name, *args) in enumerate(ops):
         where = f"step {step}: {name}{tuple(args)!r}"
-        if name == "arrive" and len(live) < MAX_LIVE:
+        if name != "arrive":
+            play(servers, live, name, args, where)
+        elif len(live) < MAX_LIVE:
             prompt, chunk = args
             pair = [server.arrive(prompt, chunk) for server in servers]
             assert (pair[0].prefix_len, pair[0].loaded_back) == (pair[1].prefix_len, pair[1].loaded_back), where
             seen["matched"] += pair[0].prefix_len
             seen["loaded_back"] += pair[0].loaded_back
             live.append(tuple(pair))
-        elif name == "step" and live:
-            which, token = args
-            for server, req in zip(servers, live[which % len(live)]):
-                server.step(req, token)
-        elif name in ("finish", "abort") and live:
-            for server, req in zip(servers, live.pop(args[0] % len(live))):
-                getattr(server, name)(req)
-        elif name == "evict":
-            assert theirs.evict(args[0]) == ours.evict(args[0]), where
-        elif name == "flush" and not live:
-            for server in servers:
-                server.flush()
         assert pool_state(theirs) == pool_state(ours), where
         for their_req, our_req in live:
             assert theirs.row(their_req) == ours.row(our_req), where

@@ -7,9 +7,6 @@ every answer must agree: prefix lengths, the returned KV indices, lock deltas, w
 
 from __future__ import annotations
 
-import itertools
-import time
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -36,13 +33,6 @@ operations = st.lists(
     min_size=8,
     max_size=60,
 )
-
-
-@pytest.fixture
-def ticking_clock(monkeypatch):
-    """One clock for both trees that never returns the same time twice: exact eviction orders."""
-    ticks = itertools.count(1)
-    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
 
 
 def run_both(operations: list[tuple], page_size: int, is_eagle: bool, policy: str) -> None:
