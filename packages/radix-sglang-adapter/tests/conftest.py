@@ -10,10 +10,15 @@ import time
 import pytest
 from hypothesis import HealthCheck, settings
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "sglang_server_site"))
-import sglang_server_shims  # noqa: E402  (SGLang on this CPU, its host tier too: before SGLang imports)
-
 from radix_core.testing import backend_name  # noqa: F401  (the fixture)
+
+# The shims that run SGLang's host tier on this CPU, imported from the servers' site directory,
+# which stays off the path: its sgl_kernel stand-in is the servers' (SGLang 0.5.10 imports a package).
+SERVER_SITE = os.path.join(os.path.dirname(__file__), "sglang_server_site")
+sys.path.insert(0, SERVER_SITE)
+import sglang_server_shims  # noqa: E402
+
+sys.path.remove(SERVER_SITE)
 
 settings.register_profile("radix", suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 settings.load_profile("radix")

@@ -49,7 +49,7 @@ HICACHED = [
     ),
     *(
         ServerConfig(cache, **EVICTING, speculative="EAGLE", flags=hicache("write_through"))
-        for cache in ("default", "radix-native")
+        for cache in ("default", "radix-native", "radix-python")
     ),
 ]
 LOADED = {
@@ -162,14 +162,15 @@ def test_a_second_server_reuses_what_the_first_stored_in_l3(fleet: Fleet) -> Non
     started on the same directory, finds it there (prefetch) instead of computing it. Radix-core
     names its pages as SGLang does: a radix server also reuses what SGLang's default stored."""
     found = {}
-    for cache in ("default", "radix-native"):
+    for cache in ("default", "radix-native", "radix-python"):
         store = fleet.directory / f"l3-{cache}"
         config = stored_server(cache, store)
         first = ask_about_the_document(fleet, config, f"l3-{cache}-first", 0)
         second = ask_about_the_document(fleet, config, f"l3-{cache}-second", 1)
         assert first[0] == 0 and second[0] == len(STORED_DOCUMENT), (cache, first[0], second[0])
         found[cache] = (first, second)
-    assert found["radix-native"] == found["default"], "the same answers and cached tokens as SGLang's default"
+    for cache in ("radix-native", "radix-python"):
+        assert found[cache] == found["default"], f"{cache}: the same answers and cached tokens as SGLang's default"
     crossed = ask_about_the_document(
         fleet, stored_server("radix-native", fleet.directory / "l3-default"), "l3-cross", 1
     )
