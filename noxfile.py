@@ -35,6 +35,8 @@ TEST_REQUIREMENTS = [
     "numpy==2.4.6; python_version >= '3.11'",
     "numpy==2.2.6; python_version < '3.11'",
 ]
+# The adapter's suites run on both cores (each worker imports SGLang once).
+PARALLEL_TEST_REQUIREMENTS = ["pytest-xdist==3.8.0", "execnet==2.1.2"]
 # The local CPU build; any other pin (or none) pulls a multi-GB CUDA build.
 TORCH = "torch==2.13.0"
 MATPLOTLIB = "matplotlib==3.11.2"
@@ -218,12 +220,18 @@ SHOW_BACKEND = (
 )
 
 
+# What a missing radix-native changes: the rest already ran on the Python backend beside the
+# native one, and tests-pure runs all of it without radix-native.
+WITHOUT_NATIVE_TESTS = ["test_session_backend.py", "test_backend_selection.py", "test_native_tree.py", "test_cache.py"]
+
+
 @nox.session(name="tests-wheels", venv_backend="none", requires=["wheels"])
 @nox.parametrize("py", WHEEL_PYTHONS)
 def tests_wheels(session: nox.Session, py: str) -> None:
     """The built wheels, not the source tree: `pip install radix-core[native]` from dist/ alone
-    into a fresh venv of Python `py`; radix-core's and radix-native's tests native; a mismatched
-    radix-native must give the ABI message; then radix-core's tests again without radix-native."""
+    into a fresh venv of Python `py`; radix-core's and radix-native's tests native (each test also
+    runs its Python backend there); a mismatched radix-native must give the ABI message; then,
+    without radix-native, the tests of what its absence changes (backend choice, the cache's tree)."""
     venv = ROOT / ".nox" / f"tests-wheels-{py}"
     shutil.rmtree(venv, ignore_errors=True)
     session.run(interpreter(session, py), "-m", "venv", str(venv), external=True)
@@ -258,7 +266,7 @@ def tests_wheels(session: nox.Session, py: str) -> None:
         session.error(f"a mismatched radix-native was not logged as a warning:\n{logged}")
     session.run(*pip, "uninstall", "--yes", "radix-native", external=True)
     check_backend("python", "")
-    run_tests("python", f"{CORE}/tests")
+    run_tests("python", *(f"{CORE}/tests/{name}" for name in WITHOUT_NATIVE_TESTS))
     # Rebuilt from scratch by every run, so kept only when a step failed (3.11's holds torch, ~1 GB).
     shutil.rmtree(venv)
 
@@ -303,7 +311,8 @@ def sglang_python(session: nox.Session, release: str) -> str:
     `release`: everything but the release's own wheels (sglang, openai) is common to all releases."""
     env_dir = ROOT / ".nox" / "sglang-cpu"
     python = env_dir / "bin" / "python"
-    common = [TORCH, *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *SGLANG_SERVER_DEPS, *TEST_REQUIREMENTS]
+    test_requirements = [*TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS]
+    common = [TORCH, *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *SGLANG_SERVER_DEPS, *test_requirements]
     stamp = env_dir / "radix-requirements.txt"
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(common):
@@ -315,7 +324,7 @@ def sglang_python(session: nox.Session, release: str) -> str:
         constraints.write_text(TORCH + "\n")
         session.run(*pip, "-c", str(constraints), TORCH, external=True)
         session.run(*pip, "--no-deps", *SGLANG_CPU_DEPS, *OPENAI_PROTOCOL_DEPS, *SGLANG_SERVER_DEPS, external=True)
-        session.run(*pip, "-c", str(constraints), *TEST_REQUIREMENTS, external=True)
+        session.run(*pip, "-c", str(constraints), *test_requirements, external=True)
         stamp.write_text("\n".join(common))
     session.run(*pip, "--no-deps", f"sglang=={release}", SGLANG_RELEASES[release], external=True)
     return str(python)
@@ -348,7 +357,8 @@ def install_radix(session: nox.Session, python: str, native: bool) -> None:
 
 DIFFERENTIAL_TEST = f"{ADAPTER}/tests/test_radix_cache_vs_sglang.py"
 END_TO_END_TESTS = f"{ADAPTER}/tests/e2e"
-ADAPTER_TESTS = [f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST, "--ignore", END_TO_END_TESTS]
+# Two workers: the suites are CPU-bound Python; the end-to-end one starts a server at a time.
+ADAPTER_TESTS = ["-n", "2", f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST, "--ignore", END_TO_END_TESTS]
 
 
 def run_sglang_tests(session: nox.Session, release: str, native: bool, tests: list[str]) -> None:
@@ -361,7 +371,7 @@ def run_sglang_tests(session: nox.Session, release: str, native: bool, tests: li
 @nox.session(name="tests-sglang", venv_backend="none")
 def tests_sglang(session: nox.Session) -> None:
     """radix-core's RadixCache against SGLang 0.5.23's own, operation by operation, both backends."""
-    run_sglang_tests(session, "0.5.23", True, [DIFFERENTIAL_TEST])
+    run_sglang_tests(session, "0.5.23", True, ["-n", "2", DIFFERENTIAL_TEST])
 
 
 @nox.session(name="tests-adapter-pure", venv_backend="none")
