@@ -2,7 +2,7 @@
 
 from hypothesis import HealthCheck, settings
 
-from radix_core.testing import backend_name  # noqa: F401  (the fixture)
+from radix_core.testing import backend_name, native_tree  # noqa: F401  (the fixtures)
 
 # backend_name only selects a mode, so sharing it across the examples of one test is what we want.
 settings.register_profile("radix", suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)

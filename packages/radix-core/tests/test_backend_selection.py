@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from radix_core import BACKEND_ENV, SGLANG_KILL_SWITCH_ENV, TREE_ENV, _backend
+from radix_core import BACKEND_ENV, DEVICE_TREE_ENV, SGLANG_KILL_SWITCH_ENV, TREE_ENV, _backend
 from radix_core._backend import NATIVE_KERNEL_ABI, VERIFY_ENV
 from radix_core.testing import expected_backend
 
@@ -68,7 +68,9 @@ REPORT = "import radix_core; s = radix_core.backend(); print(s.active, '|', s.re
 
 def run_child(code: str, tmp_path: Path, fake_native: str | None = None, **env: str) -> subprocess.CompletedProcess:
     child_env = {
-        k: v for k, v in os.environ.items() if k not in (BACKEND_ENV, SGLANG_KILL_SWITCH_ENV, VERIFY_ENV, TREE_ENV)
+        k: v
+        for k, v in os.environ.items()
+        if k not in (BACKEND_ENV, SGLANG_KILL_SWITCH_ENV, VERIFY_ENV, TREE_ENV, DEVICE_TREE_ENV)
     }
     child_env.update(env)
     if fake_native is not None:
@@ -104,11 +106,24 @@ def test_unknown_backend_value_fails_at_import_naming_the_choices(tmp_path, valu
     assert "BackendConfigError" in result.stderr and "auto, python, native" in result.stderr
 
 
+@pytest.mark.parametrize("variable", [TREE_ENV, DEVICE_TREE_ENV])
 @pytest.mark.parametrize("value", ["rust", "auto"])
-def test_unknown_tree_value_fails_at_import_naming_the_choices(tmp_path, value):
-    result = run_child(REPORT, tmp_path, RADIX_CORE_TREE=value)
+def test_unknown_tree_value_fails_at_import_naming_the_choices(tmp_path, variable, value):
+    result = run_child(REPORT, tmp_path, **{variable: value})
     assert result.returncode != 0
-    assert "BackendConfigError" in result.stderr and "python, native" in result.stderr
+    assert "BackendConfigError" in result.stderr and f"{variable}={value!r}" in result.stderr
+    assert "python, native" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, "python"), ("", "python"), ("python", "python"), (" Native", "native")]
+)
+def test_the_device_tree_env_var_is_read_at_import(tmp_path, value, expected):
+    """Python unless asked: the device arena is not yet measured on a GPU (CI has none)."""
+    told = {} if value is None else {DEVICE_TREE_ENV: value}
+    result = run_child("from radix_core import _backend; print(_backend.device_tree)", tmp_path, **told)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
 
 
 @pytest.mark.parametrize("value", ["native", " Native ", "python", "", None])

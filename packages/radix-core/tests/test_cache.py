@@ -520,7 +520,10 @@ def value_items(tokens: list[int], extra_key, is_eagle: bool) -> array:
     return array("q", [hash((extra_key, tuple(tokens[: i + width]))) % 2**62 for i in range(max(units, 0))])
 
 
-def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedStateMachine]:
+def make_machine(page_size: int, is_eagle: bool, policy: str, as_value=None) -> type[RuleBasedStateMachine]:
+    """Random operations on a cache, checked throughout; values are int64 arrays, or what
+    ``as_value`` makes of them."""
+
     class CacheMachine(RuleBasedStateMachine):
         @initialize()
         def build(self):
@@ -562,7 +565,7 @@ def make_machine(page_size: int, is_eagle: bool, policy: str) -> type[RuleBasedS
         def insert(self, tokens, extra_key):
             values = value_items(tokens, extra_key, is_eagle)
             raw_values = values if not is_eagle else array("q", list(values) + [0] * (len(tokens) > 0))
-            result = self.cache.insert(RadixKey(tokens, extra_key), raw_values)
+            result = self.cache.insert(RadixKey(tokens, extra_key), as_value(raw_values) if as_value else raw_values)
             assert 0 <= result.prefix_len <= self.aligned_units(tokens) and result.prefix_len % page_size == 0
             assert self.path_units(result.last_node) == self.aligned_units(tokens), "the key ends at last_node"
             assert self.cache.match_prefix(RadixKey(tokens, extra_key)).prefix_len == self.aligned_units(tokens)

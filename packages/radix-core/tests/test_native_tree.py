@@ -13,18 +13,6 @@ import pytest
 
 from cache_invariants import check_invariants
 from radix_core import RadixCache, RadixKey, TreeNode, _backend
-from radix_core.testing import expected_backend
-
-
-@pytest.fixture
-def native_tree():
-    """The native tree module; a native session without it fails, others skip."""
-    module = _backend.native_tree_module()
-    if module is None:
-        if expected_backend() == "native":
-            pytest.fail(f"this session needs radix-native's tree, but: {_backend.backend().reason}")
-        pytest.skip("radix-native's tree is not in use")
-    return module
 
 
 def test_which_tree_a_cache_gets(native_tree):

@@ -31,7 +31,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
-constexpr int kTreeAbi = 4;
+constexpr int kTreeAbi = 5;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 
@@ -992,11 +992,29 @@ class Tree {
     size_t times_used_ = 0;
 };
 
+// The runs of consecutive values of an int64 buffer, in order, as [(first value, length)]: a
+// device arena's positions (radix_core.device_values) become one slice of the arena per run.
+py::list consecutive_runs(const py::buffer& values) {
+    py::buffer_info held = values.request();
+    Int64View view = int64_view(held, "values");
+    std::vector<std::pair<int64_t, size_t>> runs;
+    for (size_t i = 0; i < view.size;) {
+        size_t j = i + 1;
+        while (j < view.size && view.data[j - 1] != INT64_MAX && view.data[j] == view.data[j - 1] + 1) ++j;
+        runs.emplace_back(view.data[i], j - i);
+        i = j;
+    }
+    py::list out(runs.size());  // Python objects once the buffer is read (an allocation may run Python)
+    for (size_t i = 0; i < runs.size(); ++i) out[i] = py::make_tuple(runs[i].first, runs[i].second);
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_tree, m) {
     m.doc() = "radix-native's radix tree (issue 19, slice 1): use it through radix_core.";
     m.attr("TREE_ABI") = kTreeAbi;
+    m.def("consecutive_runs", &consecutive_runs, py::arg("values"));
     py::class_<Tree>(m, "Tree")
         .def(py::init<int64_t, bool, const std::string&>(), py::arg("page_size"), py::arg("bigram"),
              py::arg("policy"))

@@ -261,7 +261,24 @@ TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=
 
 
 def test_abi_is_what_this_release_expects():
-    assert _tree.TREE_ABI == 4
+    assert _tree.TREE_ABI == 5
+
+
+@pytest.mark.parametrize(
+    ("values", "runs"),
+    [
+        ([], []),
+        ([7], [(7, 1)]),
+        ([3, 4, 5, 9, 10, 2], [(3, 3), (9, 2), (2, 1)]),
+        ([5, 5, 6, 4], [(5, 1), (5, 2), (4, 1)]),
+        ([2**63 - 2, 2**63 - 1, -(2**63), -(2**63) + 1], [(2**63 - 2, 2), (-(2**63), 2)]),
+    ],
+)
+def test_consecutive_runs(values, runs):
+    assert _tree.consecutive_runs(array("q", values)) == runs
+    assert _tree.consecutive_runs(memoryview(bytearray(array("q", values))).cast("q")) == runs
+    with pytest.raises(TypeError):
+        _tree.consecutive_runs(array("i", [1, 2]))
 
 
 @pytest.mark.parametrize("bad", [array("i", [1, 2]), array("d", [1.0]), b"abcdefgh", [1, 2]])

@@ -10,7 +10,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, settings
 
-from radix_core.testing import backend_name  # noqa: F401  (the fixture)
+from radix_core.testing import backend_name, native_tree  # noqa: F401  (the fixtures)
 
 # The shims that run SGLang's host tier on this CPU, imported from the servers' site directory,
 # which stays off the path: its sgl_kernel stand-in is the servers' (SGLang 0.5.10 imports a package).

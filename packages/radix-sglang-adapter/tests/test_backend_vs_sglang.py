@@ -30,6 +30,7 @@ from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 
 import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from kv_event_router import Router, cached_blocks  # noqa: E402
+from radix_core.native_tree import device_path_for_cpu_tensors  # noqa: E402
 from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
 
 namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")])
@@ -141,6 +142,35 @@ def test_request_streams_give_the_same_answers(backend_name, ticking_clock, page
         run_both(ops, page_size, is_eagle, policy)
 
     check()
+
+
+def on_the_device_path(server: sh.Server, events: list) -> None:
+    """The backend's tree is radix-native's, its KV indices in a device arena once it has any."""
+    tree = server.cache.tree
+    assert tree.tree_kind == "native" and (tree._arena is not None or tree._value_kind is None)
+
+
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_on_the_device_path_request_streams_give_the_same_answers(native_tree, ticking_clock, page_size, is_eagle):
+    """KV index rows kept in a device arena (RADIX_CORE_DEVICE_TREE=native on a GPU), run here on
+    CPU tensors: the same answers, rows, free slots and events."""
+    seen = {"matched": 0, "evicted": 0}
+
+    @settings(max_examples=25)
+    @given(ops=operations)
+    def check(ops):
+        with device_path_for_cpu_tensors():
+            found = run_both(ops, page_size, is_eagle, "lru", watch=on_the_device_path, **event_params("default"))
+        seen["matched"] += found["matched"]
+        seen["evicted"] += found["evicted"]
+
+    check()
+    with device_path_for_cpu_tensors():
+        busy = run_both(
+            busy_stream([(None, None)] * 3 + [("lora-a", None)]), page_size, is_eagle, "lru", watch=on_the_device_path
+        )
+    assert busy["matched"] > 300 and busy["evicted"] > 300
 
 
 @pytest.mark.parametrize("event_format", ["default", "dynamo"])

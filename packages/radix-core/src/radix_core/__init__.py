@@ -4,7 +4,8 @@
 ``RADIX_CORE_BACKEND`` (``auto``, ``python`` or ``native``) and ``SGLANG_DISABLE_TAI_BIGRAM``;
 ``RADIX_CORE_VERIFY`` (a share of calls, default 0) checks native answers against the reference;
 ``RADIX_CORE_TREE`` (``native``, the default, or ``python``) picks the tree a ``RadixCache`` keeps its
-nodes in.
+nodes in; ``RADIX_CORE_DEVICE_TREE`` (``python``, the default, or ``native``) the tree of a cache
+whose values are tensors on a device such as a GPU.
 """
 
 __version__ = "0.1.0"
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 from ._backend import (  # noqa: E402  (the backend reads __version__)
     BACKEND_CHOICES,
     BACKEND_ENV,
+    DEVICE_TREE_ENV,
     SGLANG_KILL_SWITCH_ENV,
     TREE_ENV,
     VERIFY_ENV,
@@ -43,6 +45,7 @@ __all__ = [
     "BACKEND_ENV",
     "PACKED_TOKEN_LIMIT",
     "SGLANG_KILL_SWITCH_ENV",
+    "DEVICE_TREE_ENV",
     "TREE_ENV",
     "VERIFY_ENV",
     "EVICTION_POLICIES",

@@ -31,13 +31,16 @@ VERIFY_ENV = "RADIX_CORE_VERIFY"
 # Which tree a RadixCache keeps its nodes in unless it is told (radix_core.native_tree).
 TREE_ENV = "RADIX_CORE_TREE"
 TREE_CHOICES = ("python", "native")
+# The tree of a cache whose values are tensors on a device (a GPU's KV index rows): ``native``
+# keeps them in a device arena for radix-native's tree (radix_core.device_values).
+DEVICE_TREE_ENV = "RADIX_CORE_DEVICE_TREE"
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("", "0", "false", "no", "off")
 
 # The radix-native kernel contract this radix-core release was written against.
 NATIVE_KERNEL_ABI = 4
 # The contract of radix-native's tree (radix_native._tree) it was written against.
-NATIVE_TREE_ABI = 4
+NATIVE_TREE_ABI = 5
 
 BackendName = Literal["python", "native"]
 RequestedBackend = Literal["auto", "python", "native"]
@@ -96,14 +99,14 @@ def verify_fraction(environ: Mapping[str, str] = os.environ) -> float:
     return fraction
 
 
-def requested_tree(environ: Mapping[str, str] = os.environ) -> str:
-    """The tree RADIX_CORE_TREE asks RadixCache to use by default (``native`` unless set); raises
-    BackendConfigError on an unknown value. ``native`` is radix-native's tree where the native
-    backend is in use and the tree usable, else the Python tree."""
-    raw = environ.get(TREE_ENV, "native")
-    tree = raw.strip().lower() or "native"
+def requested_tree(environ: Mapping[str, str] = os.environ, name: str = TREE_ENV, unset: str = "native") -> str:
+    """The tree RADIX_CORE_TREE (or ``name``) asks RadixCache to use by default (``unset`` unless
+    set); raises BackendConfigError on an unknown value. ``native`` is radix-native's tree where
+    the native backend is in use and the tree usable, else the Python tree."""
+    raw = environ.get(name, unset)
+    tree = raw.strip().lower() or unset
     if tree not in TREE_CHOICES:
-        raise BackendConfigError(f"{TREE_ENV}={raw!r} is not a known tree; use one of: {', '.join(TREE_CHOICES)}")
+        raise BackendConfigError(f"{name}={raw!r} is not a known tree; use one of: {', '.join(TREE_CHOICES)}")
     return tree
 
 
@@ -181,6 +184,8 @@ def _choose() -> tuple[ModuleType | None, BackendStatus]:
 # The native module while it is trusted, else None. Read on every dispatch, written only under _lock.
 native_kernels, _status = _choose()
 default_tree = requested_tree()
+# For device tensor values: the Python tree unless asked (the device arena is not yet measured on a GPU).
+device_tree = requested_tree(os.environ, DEVICE_TREE_ENV, "python")
 _lock = threading.Lock()
 # Every _verify_stride-th native call is also run on the reference (0: none); the countdown is
 # shared by all kernels and threads, so the share is approximate under concurrency.

@@ -12,16 +12,19 @@ one per node while it is referenced), never one object per node. The answers are
 tree's, operation by operation (``radix-native/tests/test_tree.py``, and every radix-core cache
 test runs on both).
 
-The native tree holds int64 values (int64 torch tensors on the CPU, int64 ndarrays,
-``array('q')``); a cache whose first value is of another kind (lists, device tensors) becomes the
-Python tree while still empty. A later value the native tree cannot hold losslessly, or a native
-failure (logged once; the process then makes no new native trees), moves the cache to the Python
-tree, rebuilt from the native one: handles given out before resolve to the rebuilt nodes, and
-nothing cached is lost.
+The native tree holds int64 values (int32/int64 torch tensors on the CPU, int64 ndarrays,
+``array('q')``) and, with ``RADIX_CORE_DEVICE_TREE=native``, for tensors on another device
+(SGLang's KV index rows on a GPU) their positions in a device arena that keeps the indices
+themselves (``device_values``); a cache whose first value is of another kind (lists, device
+tensors otherwise) becomes the Python tree while still empty. A later value
+the native tree cannot hold losslessly, or a native failure (logged once; the process then makes
+no new native trees), moves the cache to the Python tree, rebuilt from the native one: handles
+given out before resolve to the rebuilt nodes, and nothing cached is lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import itertools
@@ -30,11 +33,12 @@ import sys
 import time
 import weakref
 from array import array
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import IO, Any, cast
 
 from . import _backend
 from .cache import InsertResult, KeyLike, MatchResult, RadixCache, TreeNode, adds_no_state
+from .device_values import DeviceArena
 from .key import RadixKey
 from .values import ValueKind
 
@@ -48,6 +52,24 @@ _memory_of.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
 _READ_ONLY = 0x100  # PyBUF_READ
 _NO_NODE = 2**32 - 1  # the tree's "no known path"
 _CALLER_ERRORS = (ValueError, TypeError, OverflowError)  # a bad call, not a broken tree
+_arena_for_cpu_tensors = False  # tests: CPU tensors take the device path as well (no GPU in CI)
+
+
+@contextlib.contextmanager
+def device_path_for_cpu_tensors() -> Iterator[None]:
+    """Within a block, new caches keep CPU tensor values in a device arena as they would CUDA
+    ones (tests and benchmarks: the device path, run where there is no GPU)."""
+    global _arena_for_cpu_tensors
+    saved, _arena_for_cpu_tensors = _arena_for_cpu_tensors, True
+    try:
+        yield
+    finally:
+        _arena_for_cpu_tensors = saved
+
+
+def _first(parts: list[Any]) -> Any:
+    """A match's indices, already joined."""
+    return parts[0]
 
 
 def _match_times() -> array:
@@ -160,6 +182,8 @@ class NativeRadixCache(RadixCache):
         self._forget_handle = _handle_forgetter(self._self_ref)
         self._page_hashes: dict[int, Any] = {}
         self._held_tensor: Any = None  # a converted value's tensor, during the insert that reads it
+        self._arena: DeviceArena | None = None  # where tensor values on a device are kept, if any
+        self._arena_for_cpu = _arena_for_cpu_tensors
         # extra_key <-> the number the tree files it under, for namespaces that have nodes
         self._namespaces: dict[Hashable, int] = {None: 0}
         self._namespace_keys: dict[int, Hashable] = {0: None}
@@ -177,6 +201,8 @@ class NativeRadixCache(RadixCache):
         if self._tree is None:
             self._tree = _backend.native_tree_module().Tree(self.page_size, self.is_eagle, self.eviction_policy)  # type: ignore[union-attr]
         self._tree.reset()
+        if self._arena is not None:
+            self._arena.clear()
         self._epoch += 1
         self._handles = {}
         self._page_hashes.clear()
@@ -203,6 +229,8 @@ class NativeRadixCache(RadixCache):
             if self._page_hashes:
                 self._cut_page_hashes()
         node = self.root_node if node_id == 0 else self._handle(node_id, generation)
+        if self._arena is not None and length:  # now: the positions may be reused before a later join
+            return MatchResult(length, node, [self._from_int64(values)], _first)
         return MatchResult(length, node, [values] if length else [], self._join_int64)
 
     def insert(
@@ -237,7 +265,12 @@ class NativeRadixCache(RadixCache):
         empty_before = self._value_kind is None
         cache_key, checked, kind = self._checked_insert(key, value, value_offset, split_at)
         known = (_NO_NODE, 0) if known_path is None else self._ids(known_path)
-        values = self._tree_values(kind, checked)
+        reserved = None  # the arena positions given to the tree, and their runs
+        if self._arena is not None or (empty_before and self._wants_arena(kind, checked)):
+            reserved = self._arena_positions(kind, checked)
+            values = None if reserved is None else self._tree_values(kind, reserved[0])
+        else:
+            values = self._tree_values(kind, checked)
         if values is None:  # the first value: nothing to rebuild, and nothing to say
             self._move_to_python(f"{kind.name} values it cannot hold as int64", quietly=empty_before)
             return on_python()
@@ -258,14 +291,22 @@ class NativeRadixCache(RadixCache):
                 value is None,  # the values are the key's token ids, sliced for this call: kept
             )
         except _CALLER_ERRORS:
+            if reserved is not None:
+                self._arena.commit(checked, reserved[1], 0, 0)  # type: ignore[union-attr]
             raise
         except Exception as exc:
+            if reserved is not None:
+                self._arena.commit(checked, reserved[1], 0, 0)  # type: ignore[union-attr]
             self._move_to_python(f"insert raised {type(exc).__name__}: {exc}", failure=True)
             return on_python()
         finally:
             self._held_tensor = None
             if self._page_hashes:
                 self._cut_page_hashes()
+        if reserved is not None:  # the tree kept the positions of units [position, units) only
+            units = len(cache_key)
+            kept_from = position - value_offset if position < units else 0
+            self._arena.commit(checked, reserved[1], kept_from, units - value_offset if position < units else 0)  # type: ignore[union-attr]
         node = self._handle(node_id, generation)
         if self.on_store is not None and position < len(cache_key):
             for stored in self._stored_pieces(node, position, len(cache_key), split_at):
@@ -288,17 +329,18 @@ class NativeRadixCache(RadixCache):
             return self.evict(num_tokens)
         if not taken:
             return evicted
-        on_evict, on_remove, page_hashes = self.on_evict, self.on_remove, self._page_hashes
-        if on_evict is not None or on_remove is not None or page_hashes:
+        on_evict, on_remove, page_hashes, arena = self.on_evict, self.on_remove, self._page_hashes, self._arena
+        if on_evict is not None or on_remove is not None or page_hashes or arena is not None:
             for node_id, units, namespace, tokens, values, start in taken:
                 hashes = page_hashes.pop(node_id, None)
-                if on_evict is None and on_remove is None:
-                    continue
-                part = self._view_of(values, start, units)  # made only for someone to take
-                if on_evict is not None:
-                    on_evict(part)
-                if on_remove is not None:
-                    on_remove(self._removed_node(node_id, namespace, tokens, part, hashes))
+                if on_evict is not None or on_remove is not None:
+                    part = self._view_of(values, start, units)  # made only for someone to take
+                    if on_evict is not None:
+                        on_evict(part)
+                    if on_remove is not None:
+                        on_remove(self._removed_node(node_id, namespace, tokens, part, hashes))
+                if arena is not None:  # copied out above before its positions can be reused
+                    arena.release(self._positions(values, start, units))
         for namespace in {entry[2] for entry in taken}:
             if namespace and not self._tree.namespace_nodes(namespace):  # its last node went
                 del self._namespaces[self._namespace_keys.pop(namespace)]
@@ -495,6 +537,8 @@ class NativeRadixCache(RadixCache):
         name = kind.name if kind is not None else "array"
         if not values:
             return self._join([])
+        if self._arena is not None:
+            return self._arena.gather(memoryview(values).cast("q"))
         if name == "torch":
             torch = sys.modules["torch"]
             return torch.frombuffer(values, dtype=torch.int64)
@@ -508,6 +552,8 @@ class NativeRadixCache(RadixCache):
         """Items [start, start + count) of a store the tree handed out, as one value of this
         cache's kind (a view for tensors and ndarrays; an array, which cannot share, a copy)."""
         name = self._value_kind.name  # type: ignore[union-attr]
+        if self._arena is not None:
+            return self._arena.gather(self._positions(values, start, count))
         if name == "torch":
             torch = sys.modules["torch"]
             return torch.frombuffer(values, dtype=torch.int64, count=count, offset=8 * start)
@@ -518,6 +564,29 @@ class NativeRadixCache(RadixCache):
         part = array("q")
         part.frombytes(memoryview(values)[8 * start : 8 * (start + count)])
         return part
+
+    def _wants_arena(self, kind: ValueKind, value: Any) -> bool:
+        """Whether a first value is a tensor to keep on its device: with RADIX_CORE_DEVICE_TREE=native
+        (else a device tensor makes the cache a Python tree), or a CPU one in tests."""
+        if kind.name != "torch":
+            return False
+        return self._arena_for_cpu if value.is_cpu else _backend.device_tree == "native"
+
+    def _arena_positions(self, kind: ValueKind, value: Any) -> tuple[Any, list[tuple[int, int]]] | None:
+        """Arena positions reserved for every item of ``value`` (host int64) and their runs, or
+        None where the arena cannot hold it (another kind, device or dtype)."""
+        if kind.name != "torch":
+            return None
+        if self._arena is None:
+            self._arena = DeviceArena(value, _backend.native_tree_module().consecutive_runs)  # type: ignore[union-attr]
+        if not self._arena.holds(value):
+            return None
+        return self._arena.reserve(value.shape[0])
+
+    def _positions(self, values: bytearray | array, start: int, count: int) -> memoryview:
+        """Items [start, start + count) of a store the tree handed out (a bytearray: positions
+        are copied, never kept by reference), as int64 arena positions."""
+        return memoryview(values).cast("q")[start : start + count]
 
     def _join_int64(self, parts: list[bytearray]) -> Any:
         """A match's values: the one int64 buffer the tree answered, as this cache's kind."""
@@ -561,6 +630,7 @@ class NativeRadixCache(RadixCache):
         self._handles = {}
         self._page_hashes = {}
         self._tree = None
+        self._arena = None  # the rebuilt nodes hold their indices as device tensors
 
     def _rebuild_into(self, python: RadixCache) -> None:
         """Copy every node, with its state, and the eviction order into ``python``."""

@@ -1,6 +1,7 @@
 """pytest support for suites that test code on both radix-core backends (needs pytest).
 
-Import the fixture into a ``conftest.py``: ``from radix_core.testing import backend_name``.
+Import the fixtures into a ``conftest.py``: ``from radix_core.testing import backend_name``
+(every backend) or ``native_tree`` (radix-native's tree only).
 Set ``RADIX_EXPECT_BACKEND=native`` in a session that must run native: a missing or fallen-back
 native backend then fails the test instead of skipping it.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -44,3 +46,15 @@ def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
         yield "native"
     after = _backend.backend()
     assert after.active == "native", f"a native kernel fell back to Python during the test: {after.reason}"
+
+
+@pytest.fixture
+def native_tree() -> Any:
+    """radix-native's tree module, for tests of what only that tree has; a session that must run
+    native fails without it, others skip."""
+    module = _backend.native_tree_module()
+    if module is None:
+        if expected_backend() == "native":
+            pytest.fail(f"this session needs radix-native's tree, but: {_backend.backend().reason}")
+        pytest.skip("radix-native's tree is not in use")
+    return module
