@@ -11,6 +11,9 @@ Caches, each fresh per replay, in rotating order every round:
 - radix-core native / pure: ``radix_core.RadixCache`` with and without radix-native (native: its
   default tree, radix-native's, issue 19; pure: the Python tree)
 - radix-core native, Python tree: ``radix_core.RadixCache(tree="python")`` on radix-native's kernels
+- radix-core native, device path: radix-native's tree with the KV indices in a device arena, as
+  ``RADIX_CORE_DEVICE_TREE=native`` keeps a GPU's (``radix_core.device_values``), here on CPU
+  tensors: the arena's copies are memory copies on this CPU, which a GPU would queue instead
 
 Workloads: the first ``--requests`` of the bundled Mooncake synthetic trace, and benchmark_radix_cache's
 multi-turn-100k (4 chats growing by 0.8k-3.2k tokens a turn to 100k tokens). Cells: EAGLE off and on x capacity
@@ -64,6 +67,7 @@ import radix_core  # noqa: E402
 import scheduler_harness as sh  # noqa: E402
 from radix_core._backend import python_reference_only  # noqa: E402
 from radix_core.key import common_prefix_length  # noqa: E402
+from radix_core.native_tree import device_path_for_cpu_tensors  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
@@ -143,11 +147,17 @@ def radix_core_tree(
     return RadixCoreTree(cache)
 
 
+def radix_core_device_path(server_args: Any, eagle: bool, allocator: CountingAllocator) -> RadixCoreTree:
+    with device_path_for_cpu_tensors():
+        return radix_core_tree(server_args, eagle, allocator)
+
+
 IMPLEMENTATIONS: dict[str, Callable[[Any, bool, CountingAllocator], Any]] = {
     BASELINE: sglang_default,
     "SGLang RadixCache": sglang_radix,
     "radix-core native": radix_core_tree,
     "radix-core native, Python tree": functools.partial(radix_core_tree, tree="python"),
+    "radix-core native, device path": radix_core_device_path,
     "radix-core pure": radix_core_tree,
 }
 

@@ -49,6 +49,7 @@ class DeviceArena:
 
     def clear(self) -> None:
         self._items = self._torch.empty(0, dtype=self._torch.int64, device=self.device)
+        self._numbers = self._torch.empty(0, dtype=self._torch.int64)  # 0, 1, ... on the host: positions
         self._run_at: dict[int, int] = {}  # a free run's start -> its length
         self._run_ending: dict[int, int] = {}  # a free run's end -> its start
         self._largest: list[tuple[int, int]] = []  # a heap of (-length, start), stale entries skipped
@@ -69,10 +70,11 @@ class DeviceArena:
             runs.append((start, length))
             needed -= length
         runs.sort()
-        if len(runs) <= 1:
+        numbers = self._numbers
+        if len(runs) <= 1:  # a view: no host work however long the value
             start, length = runs[0] if runs else (0, 0)
-            return torch.arange(start, start + length, dtype=torch.int64), runs
-        return torch.cat([torch.arange(start, start + length, dtype=torch.int64) for start, length in runs]), runs
+            return numbers.narrow(0, start, length), runs
+        return torch.cat([numbers.narrow(0, start, length) for start, length in runs]), runs
 
     def commit(self, value: Any, runs: list[tuple[int, int]], first: int, last: int) -> None:
         """Write ``value[first:last]`` at its reserved positions (``runs``, one per item of
@@ -148,4 +150,5 @@ class DeviceArena:
         if old:
             items.narrow(0, 0, old).copy_(self._items)
         self._items = items
+        self._numbers = torch.arange(size, dtype=torch.int64)
         self._free_run(old, size - old)
