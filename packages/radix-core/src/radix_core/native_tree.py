@@ -16,10 +16,10 @@ The native tree holds int64 values (int32/int64 torch tensors on the CPU, int64 
 ``array('q')``) and, with ``RADIX_CORE_DEVICE_TREE=native``, for tensors on another device
 (SGLang's KV index rows on a GPU) their positions in a device arena that keeps the indices
 themselves (``device_values``); a cache whose first value is of another kind (lists, device
-tensors otherwise) becomes the Python tree while still empty. A later value
-the native tree cannot hold losslessly, or a native failure (logged once; the process then makes
-no new native trees), moves the cache to the Python tree, rebuilt from the native one: handles
-given out before resolve to the rebuilt nodes, and nothing cached is lost.
+tensors otherwise) becomes the Python tree while still empty. A later value the native tree cannot
+hold losslessly, or a native failure (logged once; the process then makes no new native trees),
+moves the cache to the Python tree, rebuilt from the native one: handles given out before resolve
+to the rebuilt nodes, and nothing cached is lost.
 """
 
 from __future__ import annotations
@@ -290,23 +290,21 @@ class NativeRadixCache(RadixCache):
                 cache_key._stop,
                 value is None,  # the values are the key's token ids, sliced for this call: kept
             )
-        except _CALLER_ERRORS:
-            if reserved is not None:
-                self._arena.commit(checked, reserved[1], 0, 0)  # type: ignore[union-attr]
-            raise
         except Exception as exc:
-            if reserved is not None:
+            if reserved is not None:  # the tree kept none of them
                 self._arena.commit(checked, reserved[1], 0, 0)  # type: ignore[union-attr]
+            if isinstance(exc, _CALLER_ERRORS):
+                raise
             self._move_to_python(f"insert raised {type(exc).__name__}: {exc}", failure=True)
             return on_python()
         finally:
             self._held_tensor = None
             if self._page_hashes:
                 self._cut_page_hashes()
-        if reserved is not None:  # the tree kept the positions of units [position, units) only
+        if reserved is not None:  # the tree kept the positions of value items [position, units) - offset
             units = len(cache_key)
-            kept_from = position - value_offset if position < units else 0
-            self._arena.commit(checked, reserved[1], kept_from, units - value_offset if position < units else 0)  # type: ignore[union-attr]
+            kept = (position - value_offset, units - value_offset) if position < units else (0, 0)
+            self._arena.commit(checked, reserved[1], *kept)  # type: ignore[union-attr]
         node = self._handle(node_id, generation)
         if self.on_store is not None and position < len(cache_key):
             for stored in self._stored_pieces(node, position, len(cache_key), split_at):
