@@ -62,6 +62,20 @@ def test_where_no_free_run_is_large_enough_a_reservation_takes_several(native_tr
     assert arena.used == arena.slots - 5
 
 
+def test_a_long_life_of_frees_leaves_no_trail(native_tree):
+    """Freed runs merge, and the heap that finds the largest drops the entries merges made stale."""
+    arena = DeviceArena(torch.empty(0, dtype=torch.int64), native_tree.consecutive_runs)
+    held = []
+    for step in range(3000):
+        positions, runs = arena.reserve(10)
+        arena.commit(torch.arange(10), runs, 2, 8)
+        held.append(slots(positions[2:8]))
+        if len(held) > 20:
+            arena.release(held.pop(step % len(held)))
+    assert arena.used == 6 * len(held)
+    assert len(arena._largest) <= 2 * len(arena._run_at) + 64
+
+
 def test_the_arena_grows_and_keeps_what_it_holds(native_tree):
     arena = DeviceArena(torch.empty(0, dtype=torch.int64), native_tree.consecutive_runs)
     first, runs = arena.reserve(1000)
@@ -97,6 +111,7 @@ def test_random_operation_sequences_on_the_device_path(native_tree, page_size, i
             arena = self.cache._arena
             assert self.cache.tree_kind == "native"
             assert (0 if arena is None else arena.used) == self.cache.total_size()
+            assert arena is None or len(arena._largest) <= 2 * len(arena._run_at) + 64, "stale entries are dropped"
 
     with device_path_for_cpu_tensors():
         run_state_machine_as_test(

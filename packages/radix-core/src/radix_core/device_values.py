@@ -21,6 +21,7 @@ from typing import Any
 __all__ = ["DeviceArena"]
 
 _FIRST_SLOTS = 1024
+_STALE_ENTRIES = 64  # the heap of free runs is rebuilt when it holds more than this beyond twice the runs
 
 
 class DeviceArena:
@@ -128,6 +129,9 @@ class DeviceArena:
         self._run_at[start] = length
         self._run_ending[start + length] = start
         heapq.heappush(self._largest, (-length, start))
+        if len(self._largest) > 2 * len(self._run_at) + _STALE_ENTRIES:  # a serving process frees forever
+            self._largest = [(-size, first) for first, size in self._run_at.items()]
+            heapq.heapify(self._largest)
 
     def _take_largest(self) -> tuple[int, int]:
         """The largest free run, no longer free."""
