@@ -433,6 +433,16 @@ def bench_anchor(session: nox.Session) -> None:
     session.run(python, "-W", "ignore", "benchmarks/benchmark_anchor.py", *args, external=True)
 
 
+@nox.session(name="bench-device-path", venv_backend="none")
+def bench_device_path(session: nox.Session) -> None:
+    """radix-core's tree for a GPU server's device-tensor indices: Python nodes (its default) vs the
+    device path (RADIX_CORE_DEVICE_TREE=native), the indices on torch's meta device (no GPU here)."""
+    python = sglang_python(session, "0.5.23")
+    install_radix(session, python, native=True)
+    args = session.posargs or ["--check"]
+    session.run(python, "-W", "ignore", "benchmarks/benchmark_device_path.py", *args, external=True)
+
+
 @nox.session(name="bench-tree-core", venv_backend="none")
 def bench_tree_core(session: nox.Session) -> None:
     """HiCache's TreeCores: SGLang 0.5.23's Python and Rust cores vs RadixTreeCore (native, pure)."""

@@ -67,7 +67,7 @@ import radix_core  # noqa: E402
 import scheduler_harness as sh  # noqa: E402
 from radix_core._backend import python_reference_only  # noqa: E402
 from radix_core.key import common_prefix_length  # noqa: E402
-from radix_core.native_tree import device_path_for_cpu_tensors  # noqa: E402
+from radix_core.native_tree import device_path  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
@@ -148,7 +148,7 @@ def radix_core_tree(
 
 
 def radix_core_device_path(server_args: Any, eagle: bool, allocator: CountingAllocator) -> RadixCoreTree:
-    with device_path_for_cpu_tensors():
+    with device_path():
         return radix_core_tree(server_args, eagle, allocator)
 
 

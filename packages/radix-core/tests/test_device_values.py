@@ -15,14 +15,14 @@ from test_cache import make_machine
 from cache_invariants import check_invariants
 from radix_core import RadixCache, RadixKey, _backend
 from radix_core.device_values import DeviceArena
-from radix_core.native_tree import device_path_for_cpu_tensors
+from radix_core.native_tree import device_path
 
 torch = pytest.importorskip("torch")
 
 
 def arena_cache(**kwargs) -> RadixCache:
     """A native-tree cache whose tensor values take the device path."""
-    with device_path_for_cpu_tensors():
+    with device_path():
         cache = RadixCache(tree="native", **kwargs)
     assert cache.tree_kind == "native"
     return cache
@@ -113,7 +113,7 @@ def test_random_operation_sequences_on_the_device_path(native_tree, page_size, i
             assert (0 if arena is None else arena.used) == self.cache.total_size()
             assert arena is None or len(arena._largest) <= 2 * len(arena._run_at) + 64, "stale entries are dropped"
 
-    with device_path_for_cpu_tensors():
+    with device_path():
         run_state_machine_as_test(
             DeviceMachine, settings=settings(max_examples=30, stateful_step_count=40, deadline=None)
         )

@@ -30,7 +30,7 @@ from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 
 import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from kv_event_router import Router, cached_blocks  # noqa: E402
-from radix_core.native_tree import device_path_for_cpu_tensors  # noqa: E402
+from radix_core.native_tree import device_path  # noqa: E402
 from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
 
 namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")])
@@ -160,13 +160,13 @@ def test_on_the_device_path_request_streams_give_the_same_answers(native_tree, t
     @settings(max_examples=25)
     @given(ops=operations)
     def check(ops):
-        with device_path_for_cpu_tensors():
+        with device_path():
             found = run_both(ops, page_size, is_eagle, "lru", watch=on_the_device_path, **event_params("default"))
         seen["matched"] += found["matched"]
         seen["evicted"] += found["evicted"]
 
     check()
-    with device_path_for_cpu_tensors():
+    with device_path():
         busy = run_both(
             busy_stream([(None, None)] * 3 + [("lora-a", None)]), page_size, is_eagle, "lru", watch=on_the_device_path
         )

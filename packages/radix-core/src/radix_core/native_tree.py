@@ -56,15 +56,16 @@ _arena_for_cpu_tensors = False  # tests: CPU tensors take the device path as wel
 
 
 @contextlib.contextmanager
-def device_path_for_cpu_tensors() -> Iterator[None]:
-    """Within a block, new caches keep CPU tensor values in a device arena as they would CUDA
-    ones (tests and benchmarks: the device path, run where there is no GPU)."""
+def device_path() -> Iterator[None]:
+    """Within a block, new caches keep tensor values in a device arena, CPU tensors included, as
+    RADIX_CORE_DEVICE_TREE=native keeps a GPU's (tests and benchmarks, where there is no GPU)."""
     global _arena_for_cpu_tensors
-    saved, _arena_for_cpu_tensors = _arena_for_cpu_tensors, True
+    saved = _arena_for_cpu_tensors, _backend.device_tree
+    _arena_for_cpu_tensors, _backend.device_tree = True, "native"
     try:
         yield
     finally:
-        _arena_for_cpu_tensors = saved
+        _arena_for_cpu_tensors, _backend.device_tree = saved
 
 
 def _first(parts: list[Any]) -> Any:
@@ -184,6 +185,7 @@ class NativeRadixCache(RadixCache):
         self._held_tensor: Any = None  # a converted value's tensor, during the insert that reads it
         self._arena: DeviceArena | None = None  # where tensor values on a device are kept, if any
         self._arena_for_cpu = _arena_for_cpu_tensors
+        self._arena_for_device = _backend.device_tree == "native"
         # extra_key <-> the number the tree files it under, for namespaces that have nodes
         self._namespaces: dict[Hashable, int] = {None: 0}
         self._namespace_keys: dict[int, Hashable] = {0: None}
@@ -568,7 +570,7 @@ class NativeRadixCache(RadixCache):
         (else a device tensor makes the cache a Python tree), or a CPU one in tests."""
         if kind.name != "torch":
             return False
-        return self._arena_for_cpu if value.is_cpu else _backend.device_tree == "native"
+        return self._arena_for_cpu if value.is_cpu else self._arena_for_device
 
     def _arena_positions(self, kind: ValueKind, value: Any) -> tuple[Any, list[tuple[int, int]]] | None:
         """Arena positions reserved for every item of ``value`` (host int64) and their runs, or
