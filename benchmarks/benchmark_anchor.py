@@ -167,6 +167,12 @@ def replay(implementation: str, server_args: Any, stream: list[Request], eagle: 
     filled cache (alone in a list, so that the caller can drop it)."""
     allocator = CountingAllocator(1 << 40, torch.float16, "cpu", None, False)
     tree = IMPLEMENTATIONS[implementation](server_args, eagle, allocator)
+    seconds, matched = timed_requests(tree, stream, capacity)
+    return seconds, matched, allocator.freed, [tree]
+
+
+def timed_requests(tree: Any, stream: list[Request], capacity: int | None) -> tuple[list[float], list[int]]:
+    """Each request on ``tree``, timed: match, insert, evict to the capacity; seconds and prefix lengths."""
     clock = time.perf_counter
     seconds, matched = [], []
     for prompt, full, kv in stream:
@@ -177,7 +183,7 @@ def replay(implementation: str, server_args: Any, stream: list[Request], eagle: 
             tree.evict_to(capacity)
         seconds.append(clock() - start)
         matched.append(found)
-    return seconds, matched, allocator.freed, [tree]
+    return seconds, matched
 
 
 def memory_floor(stream: list[Request], matched: list[int], eagle: bool, capacity: int | None) -> list[float]:

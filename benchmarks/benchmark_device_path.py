@@ -21,13 +21,12 @@ import argparse
 import gc
 import statistics
 import sys
-import time
 from typing import Any
 
 import torch
 from _gc import gc_footprint
 from _report import cpu_model, report
-from benchmark_anchor import CAPACITIES, DEFAULT_TRACE, RadixCoreTree, trace_stream
+from benchmark_anchor import CAPACITIES, DEFAULT_TRACE, RadixCoreTree, timed_requests, trace_stream
 
 import radix_core
 from radix_core.native_tree import device_path
@@ -51,20 +50,11 @@ def replay(name: str, stream: list, eagle: bool, capacity: int | None) -> tuple[
     """Seconds per request, each request's prefix length, the units evicted, the filled cache."""
     freed = [0]
     tree = make_cache(name, eagle, freed)
-    clock = time.perf_counter
-    total, matched = 0.0, []
-    for prompt, full, kv in stream:
-        start = clock()
-        found = tree.match(prompt)
-        tree.insert(full, kv)
-        if capacity is not None:
-            tree.evict_to(capacity)
-        total += clock() - start
-        matched.append(found)
+    seconds, matched = timed_requests(tree, stream, capacity)
     expected = "python" if name == PYTHON_NODES else "native"
     if tree.cache.tree_kind != expected:
         raise RuntimeError(f"{name} ran on the {tree.cache.tree_kind} tree")
-    return total / len(stream), matched, freed[0], [tree]
+    return sum(seconds) / len(seconds), matched, freed[0], [tree]
 
 
 def measure(stream: list, rounds: int) -> list[dict]:
