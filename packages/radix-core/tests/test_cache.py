@@ -170,8 +170,9 @@ def test_known_paths_and_split_points_leave_the_tree_plain_walks_leave(
     backend_name, monkeypatch, turns, page_size, is_eagle
 ):
     """A request growing its key turn by turn, then inserting up to its "prompt" end, as SGLang's
-    checkpoint does: with known_path and split_at on one cache, with plain comparing walks on the
-    other. The two trees stay identical, clock, hits, priorities and eviction order included."""
+    checkpoint does: with known_path, split_at and prefix_priority (both inserts in one call) on
+    one cache, with two plain comparing walks on the other. The two trees stay identical, clock,
+    hits, priorities and eviction order included."""
     now = [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
     caches = [RadixCache(page_size, is_eagle, "lfu") for _ in range(2)]
@@ -189,14 +190,15 @@ def test_known_paths_and_split_points_leave_the_tree_plain_walks_leave(
         units = max(len(key) - is_eagle, 0) // page_size * page_size
         inserted_len = done if counted_before else 0
         prompt_units = units // 2 // page_size * page_size if prompt_split and units > page_size else None
-        for i, cache in enumerate(caches):
-            shortcuts = {"known_path": last[i], "split_at": prompt_units} if i == 0 else {}
-            result = cache.insert(RadixKey(key), None, priority, inserted_len=inserted_len, **shortcuts)
-            last[i] = result.last_node
-            if prompt_units is not None:
-                prompt = RadixKey(key, is_bigram=is_eagle)[:prompt_units]
-                hint = (result.last_node, None)[i]
-                cache.insert(prompt, None, priority + 1, inserted_len=len(prompt), known_path=hint)
+        shortcuts = {"known_path": last[0], "split_at": prompt_units}
+        if prompt_units is not None:
+            shortcuts["prefix_priority"] = priority + 1
+        last[0] = caches[0].insert(RadixKey(key), None, priority, inserted_len=inserted_len, **shortcuts).last_node
+        last[1] = caches[1].insert(RadixKey(key), None, priority, inserted_len=inserted_len).last_node
+        if prompt_units is not None:
+            prompt = RadixKey(key, is_bigram=is_eagle)[:prompt_units]
+            caches[1].insert(prompt, None, priority + 1, inserted_len=len(prompt))
+        for cache in caches:
             check_invariants(cache)
         done = units
     assert tree_state(caches[0]) == tree_state(caches[1])
@@ -260,6 +262,19 @@ def test_split_points_fall_on_pages():
     cache = RadixCache(page_size=2)
     leaf = cache.insert([1, 2, 3, 4, 5], split_at=2).last_node
     assert list(leaf.key) == [3, 4] and list(leaf.parent.key) == [1, 2] and leaf.parent.parent is cache.root_node
+
+
+def test_a_prefix_inserted_again_in_the_same_call_outlives_the_rest(backend_name, ticking_clock):
+    cache = RadixCache(eviction_policy="priority")
+    leaf = cache.insert([1, 2, 3, 4, 5, 6], split_at=2, prefix_priority=1).last_node
+    assert list(leaf.key) == [3, 4, 5, 6] and (leaf.priority, leaf.parent.priority) == (0, 1)
+    assert leaf.parent.last_access_time > leaf.last_access_time, "inserted again after the rest"
+    assert cache.evict(1) == 4 and cache.match_prefix([1, 2, 3]).prefix_len == 2
+    for wrong in ({"prefix_priority": 1}, {"split_at": 0, "prefix_priority": 1}):
+        with pytest.raises(ValueError, match="prefix_priority needs a split_at"):
+            cache.insert([7, 8], **wrong)
+    assert cache.match_prefix([7, 8]).prefix_len == 0, "a refused insert changes nothing"
+    check_invariants(cache)
 
 
 def test_touch_marks_a_path_used_as_a_match_would(backend_name, ticking_clock):

@@ -31,7 +31,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
-constexpr int kTreeAbi = 5;
+constexpr int kTreeAbi = 6;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 
@@ -352,14 +352,24 @@ class Tree {
     // or int32 kept as int64) is the value of unit value_offset + i; known_path (a node id and
     // generation, or kNone) is a node whose path spells the key's first units; split_at (or -1) a
     // unit where the new part is cut; keep_values: the values are an array the caller made for
-    // this call and never writes, which the tree may keep instead of copying.
+    // this call and never writes, which the tree may keep instead of copying. prefix_times (or
+    // None): then the key's first split_at units (all of it if fewer) are inserted again at
+    // prefix_priority, as a second insert of them (following this one's last node, counting no
+    // hit) reading these times would: SGLang's checkpoint inserts the prompt again, so that
+    // eviction drops the output first. The answer is this insert's.
     py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
                      int64_t inserted_len, const py::buffer& times, int64_t value_offset, uint32_t known_path,
                      uint32_t known_generation, int64_t split_at, int64_t key_start, int64_t key_stop,
-                     bool keep_values) {
+                     bool keep_values, int64_t prefix_priority, const py::object& prefix_times) {
         begin_call();
         py::buffer_info held_key = tokens.request();
         py::buffer_info held_values = values.request();
+        py::buffer_info held_prefix_times;
+        bool prefix_again = !prefix_times.is_none();
+        if (prefix_again) {
+            held_prefix_times = py::reinterpret_borrow<py::buffer>(prefix_times).request();
+            check_clock(held_prefix_times);
+        }
         py::buffer_info held_times = times.request();
         double now = start_clock(held_times);
         Int64View key = window(int64_view(held_key, "tokens"), key_start, key_stop);
@@ -374,6 +384,7 @@ class Tree {
         if (units > offset && value.size < units - offset) {
             throw py::value_error("values must hold one item per unit of the key from value_offset on");
         }
+        if (prefix_again && split_at <= 0) throw py::value_error("prefix_priority needs a split_at of at least a page");
         splits_.clear();
         Node& root = nodes_[kRoot];
         root.last_access = now;
@@ -442,6 +453,17 @@ class Tree {
             node_count_ += lower != kNone ? 2 : 1;
             evictable_ += static_cast<int64_t>(units - position);
             reprioritize(node);
+        }
+        if (prefix_again) {  // all of it is cached now: a walk up the path just made, no new node
+            double then = start_clock(held_prefix_times);
+            Node& top = nodes_[kRoot];  // made nodes may have moved the arena: `root` is stale
+            top.last_access = then;
+            top.priority = std::max(top.priority, prefix_priority);
+            size_t prefix_units = std::min(units, static_cast<size_t>(split_at));
+            uint32_t prefix_node = kRoot;
+            size_t prefix_position = 0;
+            follow(node, nodes_[node].generation, prefix_units, then, prefix_priority,
+                   static_cast<int64_t>(prefix_units), prefix_node, prefix_position);
         }
         py::tuple answer = py::make_tuple(position, node, nodes_[node].generation);
         free_released_stores();
@@ -910,11 +932,15 @@ class Tree {
 
     // A call's clock: `times` are the times the Python tree would read in the call, in order (the
     // call's own first, then two per node it makes); past the last, the last repeats.
-    double start_clock(const py::buffer_info& times) {
+    static void check_clock(const py::buffer_info& times) {
         if (times.ndim != 1 || times.itemsize != 8 || times.shape[0] < 1 || (times.shape[0] > 1 && times.strides[0] != 8) ||
             (times.format != "d" && times.format != "<d" && times.format != "=d")) {
             throw py::type_error("times must be a 1-D contiguous buffer of at least one double (array('d'))");
         }
+    }
+
+    double start_clock(const py::buffer_info& times) {
+        check_clock(times);
         times_ = static_cast<const double*>(times.ptr);
         times_count_ = static_cast<size_t>(times.shape[0]);
         times_used_ = 1;
@@ -1024,7 +1050,8 @@ PYBIND11_MODULE(_tree, m) {
         .def("insert", &Tree::insert, py::arg("tokens"), py::arg("namespace"), py::arg("values"),
              py::arg("priority"), py::arg("inserted_len"), py::arg("times"), py::arg("value_offset") = 0,
              py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1,
-             py::arg("key_start") = 0, py::arg("key_stop") = -1, py::arg("keep_values") = false)
+             py::arg("key_start") = 0, py::arg("key_stop") = -1, py::arg("keep_values") = false,
+             py::arg("prefix_priority") = 0, py::arg("prefix_times") = py::none())
         .def("evict", &Tree::evict, py::arg("num_units"), py::arg("keys") = false)
         .def("last_splits", &Tree::last_splits)
         .def("inc_lock_ref", &Tree::inc_lock_ref, py::arg("node"), py::arg("generation"))

@@ -115,10 +115,13 @@ class TreeAgainstPython(RuleBasedStateMachine):
         offset_pick=st.integers(0, 1 << 16),
         split_pick=st.integers(0, 1 << 16),
         follow=st.booleans(),
+        again=st.booleans(),
     )
-    def checkpoint(self, raw, extra, namespace, priority, inserted, offset_pick, split_pick, follow) -> None:
+    def checkpoint(self, raw, extra, namespace, priority, inserted, offset_pick, split_pick, follow, again) -> None:
         """What a scheduler's checkpoint does: match a prefix, then insert it grown, following the
-        matched node (or not), the values starting inside the cached part, cut where asked."""
+        matched node (or not), the values starting inside the cached part, cut where asked; and
+        (``again``) the part before the cut inserted again at a higher priority, two inserts on
+        the Python tree, one call of the native tree."""
         self.match(raw, namespace)
         python_node, node, generation = self.nodes[-1]
         cached = len(self.python.path_indices(python_node))
@@ -142,8 +145,16 @@ class TreeAgainstPython(RuleBasedStateMachine):
         more = {"value_offset": offset, "split_at": -1 if split_at is None else split_at}
         if follow:
             more.update(known_path=node, known_generation=generation)
+        times = self.clock.times()
+        if again and split_at:
+            self.step()
+            prefix = radix_core.RadixKey(full, namespace, is_bigram=self.python.is_eagle).page_aligned(page)[:split_at]
+            units = len(prefix)
+            again_at = {"inserted_len": units, "value_offset": units, "known_path": ours.last_node}
+            self.python.insert(prefix, values[:0], priority + 1, **again_at)
+            more.update(prefix_priority=priority + 1, prefix_times=self.clock.times())
         length, native_node, native_generation = self.native.insert(
-            array("q", full), self.namespace_numbers[namespace], values, priority, inserted, self.clock.times(), **more
+            array("q", full), self.namespace_numbers[namespace], values, priority, inserted, times, **more
         )
         assert length == ours.prefix_len
         self.nodes.append((ours.last_node, native_node, native_generation))
@@ -261,7 +272,7 @@ TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=
 
 
 def test_abi_is_what_this_release_expects():
-    assert _tree.TREE_ABI == 5
+    assert _tree.TREE_ABI == 6
 
 
 @pytest.mark.parametrize(

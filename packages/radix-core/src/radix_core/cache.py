@@ -15,7 +15,7 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Hashable, Iterable
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, NamedTuple, cast
 
 from . import _backend
 from ._backend import dispatching, native_tree_module
@@ -257,6 +257,7 @@ class RadixCache:
         known_path: TreeNode | None = None,
         copy: bool = True,
         split_at: int | None = None,
+        prefix_priority: int | None = None,
     ) -> InsertResult:
         """Cache ``key`` with one value item per token of ``key``; returns how many units were
         already cached (the caller may free those duplicate values) and the node the key ends at.
@@ -281,8 +282,12 @@ class RadixCache:
         ``split_at``: a unit (a whole page) inside the part this insert adds where a next insert
         will end (SGLang's prompt boundary): the new part is stored as two nodes there, the tree
         such an insert would leave, without cutting one node in two.
+        ``prefix_priority``: with ``split_at``, that next insert in the same call: the key's first
+        ``split_at`` units (all of it if fewer) inserted again at this priority, following this
+        insert's last node and counting no hit (SGLang's checkpoint inserts the prompt again so
+        that eviction drops the output first); the answer is this insert's.
         """
-        key, value, kind = self._checked_insert(key, value, value_offset, split_at)
+        key, value, kind = self._checked_insert(key, value, value_offset, split_at, prefix_priority)
         units = len(key)
         priority = 0 if priority is None else priority
         page = self.page_size
@@ -332,7 +337,18 @@ class RadixCache:
             if self.on_store is not None:
                 for _, piece in reversed(pieces):
                     self.on_store(piece)
+        if prefix_priority is not None:
+            self._insert_prefix_again(key, value, split_at, prefix_priority, node)  # type: ignore[arg-type]
         return InsertResult(position, node)  # type: ignore[arg-type]
+
+    def _insert_prefix_again(self, key: KeyLike, value: Any, split_at: int, priority: int, last: TreeNode) -> None:
+        """The second insert ``prefix_priority`` asks for, after the one that ended at ``last``:
+        the key's first ``split_at`` units, all cached, at ``priority``."""
+        given = key if isinstance(key, RadixKey) else RadixKey(key)
+        prefix = cast(RadixKey, self._as_cache_key(given).page_aligned(self.page_size)[:split_at])
+        units = len(prefix)
+        empty = None if value is None else value[:0]
+        self.insert(prefix, empty, priority, inserted_len=units, value_offset=units, known_path=last)
 
     def evict(self, num_tokens: int) -> int:
         """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
@@ -459,7 +475,7 @@ class RadixCache:
         return key
 
     def _checked_insert(
-        self, key: KeyLike, value: Any, value_offset: int, split_at: int | None
+        self, key: KeyLike, value: Any, value_offset: int, split_at: int | None, prefix_priority: int | None = None
     ) -> tuple[RadixKey, Any, ValueKind]:
         """An insert's arguments checked: the page-aligned cache key, the value (the key's token
         ids where none is given) and its kind."""
@@ -467,14 +483,19 @@ class RadixCache:
         cache_key = self._as_cache_key(given)
         if not 0 <= value_offset <= len(given):
             raise ValueError(f"value_offset {value_offset} is outside a key of {len(given)} units")
-        if split_at is not None and split_at % self.page_size:
-            raise ValueError(f"split_at {split_at} is not a multiple of the page size {self.page_size}")
+        self._check_split(split_at, prefix_priority)
         if value is None:  # the token ids, one per unit of the cache key
             value = cache_key.token_ids[value_offset : len(cache_key)]
             kind = self._check_value(value, len(cache_key), value_offset)
         else:  # one per raw token of the key given (EAGLE: the cache keeps n - 1 of them)
             kind = self._check_value(value, len(given), value_offset)
         return cache_key.page_aligned(self.page_size), value, kind
+
+    def _check_split(self, split_at: int | None, prefix_priority: int | None) -> None:
+        if split_at is not None and split_at % self.page_size:
+            raise ValueError(f"split_at {split_at} is not a multiple of the page size {self.page_size}")
+        if prefix_priority is not None and (split_at is None or split_at <= 0):
+            raise ValueError(f"prefix_priority needs a split_at of at least a page, not {split_at}")
 
     def _check_value(self, value: Any, key_units: int, value_offset: int) -> ValueKind:
         """The kind of ``value``, which must hold an item per unit of a key of ``key_units`` from

@@ -246,9 +246,11 @@ class NativeRadixCache(RadixCache):
         known_path: TreeNode | None = None,
         copy: bool = True,
         split_at: int | None = None,
+        prefix_priority: int | None = None,
     ) -> InsertResult:
         """:meth:`RadixCache.insert`; values are copied into the tree (``copy`` is moot), except
-        the key's token ids where ``value`` is None: sliced for the tree, kept."""
+        the key's token ids where ``value`` is None: sliced for the tree, kept. The prefix
+        ``prefix_priority`` inserts again is in the same call of the tree."""
 
         def on_python() -> InsertResult:  # this call, on the Python tree the cache moved to
             return self._python.insert(  # type: ignore[union-attr]
@@ -260,12 +262,13 @@ class NativeRadixCache(RadixCache):
                 known_path=None if known_path is None else self._resolved(known_path),
                 copy=copy,
                 split_at=split_at,
+                prefix_priority=prefix_priority,
             )
 
         if self._python is not None:
             return on_python()
         empty_before = self._value_kind is None
-        cache_key, checked, kind = self._checked_insert(key, value, value_offset, split_at)
+        cache_key, checked, kind = self._checked_insert(key, value, value_offset, split_at, prefix_priority)
         known = (_NO_NODE, 0) if known_path is None else self._ids(known_path)
         reserved = None  # the arena positions given to the tree, and their runs
         if self._arena is not None or (empty_before and self._wants_arena(kind, checked)):
@@ -291,6 +294,8 @@ class NativeRadixCache(RadixCache):
                 cache_key._start,
                 cache_key._stop,
                 value is None,  # the values are the key's token ids, sliced for this call: kept
+                0 if prefix_priority is None else prefix_priority,
+                None if prefix_priority is None else _insert_times(),  # read after this insert's
             )
         except Exception as exc:
             if reserved is not None:  # the tree kept none of them

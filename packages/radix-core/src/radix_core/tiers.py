@@ -186,9 +186,12 @@ class TieredRadixCache(RadixCache):
         known_path: TreeNode | None = None,
         copy: bool = True,
         split_at: int | None = None,
+        prefix_priority: int | None = None,
     ) -> TieredInsertResult:
         """:meth:`RadixCache.insert` on the device tier: host-only nodes on the way take the
-        insert's values (``adopted``), and nodes that reach the backup threshold are reported."""
+        insert's values (``adopted``), and nodes that reach the backup threshold are reported
+        (this insert's: the prefix inserted again runs once they are)."""
+        self._check_split(split_at, prefix_priority)
         self._walked, self._adopted = [], []
         prefix_len, last_node = super().insert(
             key,
@@ -210,6 +213,8 @@ class TieredRadixCache(RadixCache):
             to_back_up = [node for node in counted if node.hit_count >= threshold and node.host_value is None]
         result = TieredInsertResult(prefix_len, last_node, self._adopted, to_back_up)
         self._walked, self._adopted = [], []
+        if prefix_priority is not None:
+            self._insert_prefix_again(key, value, split_at, prefix_priority, last_node)  # type: ignore[arg-type]
         return result
 
     def _pass_through(

@@ -24,6 +24,9 @@ class Tree:
         split_at: int = -1,
         key_start: int = 0,
         key_stop: int = -1,
+        keep_values: bool = False,
+        prefix_priority: int = 0,
+        prefix_times: Any = None,
     ) -> tuple[int, int, int]: ...
     def evict(
         self, num_units: int, keys: bool = False

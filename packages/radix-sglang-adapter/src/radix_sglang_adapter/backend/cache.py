@@ -102,6 +102,12 @@ class RadixCoreCache(RadixCache):
         tokens = req.full_untruncated_fill_ids
         return radix_core.RadixKey(tokens, namespace, self.is_eagle, raw_tokens).page_aligned(self.page_size)
 
+    def _cached_units(self, raw_tokens: int) -> int:
+        """The units a key of ``raw_tokens`` fill ids caches: one per token, one per pair of
+        tokens in EAGLE mode, cut to whole pages (``len(self._request_key(req, raw_tokens))``)."""
+        units = max(raw_tokens - 1, 0) if self.is_eagle else raw_tokens
+        return units - units % self.page_size
+
     # ----- BasePrefixCache ----------------------------------------------------------------------
 
     def checkpoint(self, req: Req, *, up_to: int, **kwargs: Any) -> None:
@@ -114,9 +120,10 @@ class RadixCoreCache(RadixCache):
         already; match the key again; rewrite the row from the tree; move the request's lock.
         Here nothing is done twice: the key is a window over the fill ids (SGLang copies them;
         the tree keeps a window of that array where a node covers at least half of it and copies
-        shorter parts, and SGLang only ever appends to it); both inserts follow the path the
-        request already holds (its locked ``last_node``, then the node just reached) instead of
-        comparing those tokens again, the prompt boundary is made with the new nodes, and the
+        shorter parts, and SGLang only ever appends to it); both inserts are one call of the tree
+        (``prefix_priority``) and follow the path the request already holds (its locked
+        ``last_node``, then the node just reached) instead of comparing those tokens again, the
+        prompt boundary is made with the new nodes, and the
         values start at ``cache_protected_len`` (SGLang converts and compares the whole row at
         every chunk: quadratic in the prompt); the second match is left out: it would only give
         the path the inserts just marked used a newer access time, and no other node's time falls
@@ -135,8 +142,7 @@ class RadixCoreCache(RadixCache):
         if converted:  # the Python tree keeps a slice of this fresh conversion, no second copy
             values = values.to(dtype=torch.int64, copy=True)
         priority = req.priority or 0
-        prompt_key = self._request_key(req, min(len(req.origin_input_ids), up_to))
-        prompt_len = len(prompt_key)
+        prompt_len = self._cached_units(min(len(req.origin_input_ids), up_to))
         split_prompt = 0 < prompt_len < key_len
         inserted = self.tree.insert(
             key,
@@ -147,21 +153,13 @@ class RadixCoreCache(RadixCache):
             known_path=req.last_node,
             copy=not converted,  # the native tree copies what it keeps (int32 widened as it goes)
             split_at=prompt_len if split_prompt else None,
+            prefix_priority=min(priority + 1, _INT64_MAX) if split_prompt else None,
         )
         matched, node = inserted.prefix_len, inserted.last_node
         kv.cache_inserted_len = max(kv.cache_inserted_len, key_len)
-        if split_prompt:  # the path is all cached now: no values, no comparisons
-            split_priority = min(priority + 1, _INT64_MAX)
-            self.tree.insert(
-                prompt_key,
-                values[:0],
-                split_priority,
-                inserted_len=prompt_len,
-                value_offset=prompt_len,
-                known_path=node,
-            )
         for start, stop in self._duplicate_ranges(inserted, protected):
-            self.token_to_kv_pool_allocator.free_segment(row[start:stop], start_pos=start)
+            if start < stop:  # an empty free does nothing, after a few microseconds of calls
+                self.token_to_kv_pool_allocator.free_segment(row[start:stop], start_pos=start)
         if matched > protected:
             tree_indices = self.tree.path_indices(node)
             self.req_to_token_pool.write((kv.req_pool_idx, slice(protected, matched)), tree_indices[protected:matched])
