@@ -15,6 +15,8 @@ Two clocks (gc on, torch on 1 thread), neither counting slot allocation and row 
   the timing probe records for a method that does nothing (measured at start, printed);
 - scheduler path: the whole steps, SGLang's request bookkeeping around the calls included (copying
   fill ids, reading its config): the same for every cache, so it narrows every ratio.
+Under each backend, its in-the-cache time by method, SGLang's inherited methods marked ``*`` (one
+of SGLang's around one of ours, e.g. ``evict_for_alloc`` around ``evict``, counts as SGLang's).
 KV slots come from a CPU stand-in for SGLang's allocator that frees in O(1): on a GPU server a
 free is a device-side tensor op, while on this CPU SGLang's torch.cat of a million-slot free list
 would be most of the clock, identically for every cache.
@@ -144,13 +146,15 @@ class FreeListAllocator(TokenToKVPoolAllocator):
 
 class TimedCache:
     """What the scheduler's functions get instead of the cache: the same object, its methods
-    timed. The cache's calls to its own methods go around this, so nothing is counted twice.
-    ``cache_seconds()`` leaves out what the probe itself records for a call that does nothing."""
+    timed, in all and by name. The cache's calls to its own methods go around this, so nothing is
+    counted twice. ``cache_seconds()`` leaves out what the probe itself records for a call that
+    does nothing."""
 
     def __init__(self, cache: Any):
         self._cache = cache
         self.seconds = 0.0
         self.calls = 0
+        self.by_method: collections.Counter[str] = collections.Counter()
 
     def cache_seconds(self) -> float:
         return self.seconds - self.calls * PROBE_SECONDS
@@ -165,8 +169,10 @@ class TimedCache:
             try:
                 return found(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - start
+                spent = time.perf_counter() - start
+                self.seconds += spent
                 self.calls += 1
+                self.by_method[name] += spent - PROBE_SECONDS
 
         setattr(self, name, timed)  # made once per method: later look-ups skip __getattr__
         return timed
@@ -253,6 +259,14 @@ def hicache_server_args(write_policy: str) -> Iterator[Any]:
         yield server_args
 
 
+def sglang_wrote(cache_type: type, method: str) -> bool:
+    """Whether ``method`` of ``cache_type`` is SGLang's own code (a backend inherits it from
+    SGLang's RadixCache): the class that defines it comes from the sglang package (a callable no
+    class defines is not counted)."""
+    owner = next((klass for klass in cache_type.__mro__ if method in vars(klass)), None)
+    return owner is not None and owner.__module__.startswith("sglang.")
+
+
 def replay(
     implementation: str,
     server_args: Any,
@@ -263,9 +277,10 @@ def replay(
     hicache: bool = False,
 ):
     """Seconds per request on the scheduler path, inside the cache and inside its TreeCore (none
-    for a cache without one),
-    each request's matched prefix (on the device, loaded back from the host tier), and the filled
-    cache (alone in a list, so that the caller can drop it)."""
+    for a cache without one), each request's matched prefix (on the device, loaded back from the
+    host tier), the seconds per request in each of the cache's methods the scheduler called (and
+    which of them SGLang wrote), and the filled cache (alone in a list, so that the caller can
+    drop it)."""
     longest = max(len(prompt) + len(output) for prompt, output in requests)
     pool = ReqToTokenPool(1, longest + 1, "cpu", False)
     kv_pool = None
@@ -341,13 +356,15 @@ def replay(
     if tree_core is not None:  # what UnifiedRadixCache registers to run at exit would keep it alive till then
         built.shutdown()
         atexit.unregister(built.shutdown)
+    methods = {name: spent / len(requests) for name, spent in cache.by_method.most_common()}
+    sglang_methods = [name for name in methods if sglang_wrote(type(built), name)]
     del cache, core
-    return seconds, inside, in_core, matched, [built]
+    return seconds, inside, in_core, matched, (methods, sglang_methods), [built]
 
 
 def run_one(
     implementation: str, *args: Any
-) -> tuple[list[float], list[float], list[float], list[tuple[int, int]], list]:
+) -> tuple[list[float], list[float], list[float], list[tuple[int, int]], tuple[dict[str, float], list[str]], list]:
     if implementation.startswith("radix pure"):
         with python_reference_only():
             return replay(implementation, *args)
@@ -389,11 +406,14 @@ def measure(
     path_per_round: dict[str, list[float]] = {name: [] for name in names}  # scheduler path
     matched_by: dict[str, list[tuple[int, int]]] = {}
     footprint: dict[str, dict[str, float]] = {}  # after the last round's replay
+    by_method: dict[str, tuple[dict[str, float], list[str]]] = {}  # the last round's, by method
     floor: list[float] = []
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             gc.collect()
-            seconds, inside, in_core, matched, held = run_one(name, server_args, requests, eagle, slots, chunk, hicache)
+            seconds, inside, in_core, matched, methods, held = run_one(
+                name, server_args, requests, eagle, slots, chunk, hicache
+            )
             per_round[name].append(sum(inside) / len(inside))
             if in_core:
                 core_per_round[name].append(sum(in_core) / len(in_core))
@@ -401,6 +421,7 @@ def measure(
             matched_by[name] = matched
             if r == rounds - 1:
                 footprint[name] = gc_footprint(held)
+                by_method[name] = methods
             held.clear()
         if floor_stream is not None:
             gc.collect()
@@ -435,6 +456,8 @@ def measure(
             "path_us_per_request": statistics.median(path_times) * 1e6,
             "path_speedup": statistics.median(path_ratios),
             **footprint[name],
+            "methods_us": {method: spent * 1e6 for method, spent in by_method[name][0].items()},
+            "sglang_methods": by_method[name][1],
         }
         core_times = core_per_round[name]
         if core_times:  # in its TreeCore; and what the cache would cost with a core costing nothing
@@ -466,6 +489,9 @@ def print_cell(cell: dict) -> None:
             cost = f"  {v['core_us_per_request']:>6.1f} us in its TreeCore ({v['free_core_speedup']:.2f}x if free)"
         gc_cost = f"{v['gc_objects']:>8,} gc objects {v['gc_full_ms']:+.1f} ms"
         print(f"  {name:<27} {inside:>29}  {path:>24}  {gc_cost}{cost}", flush=True)
+        if name.startswith("radix"):  # a backend: where its clock goes, SGLang's inherited methods marked
+            marked = [(method + "*" * (method in v["sglang_methods"]), us) for method, us in v["methods_us"].items()]
+            print(f"  {'':<27} us by method (* SGLang's): " + ", ".join(f"{m} {us:.1f}" for m, us in marked))
     if "memory_floor" in cell:
         floor = cell["memory_floor"]
         print(f"  {'memory floor':<27} {floor['us_per_request']:>7.1f} us {floor['speedup_bound']:>5.2f}x", flush=True)
