@@ -492,6 +492,7 @@ class RadixCache:
         return cache_key.page_aligned(self.page_size), value, kind
 
     def _check_split(self, split_at: int | None, prefix_priority: int | None) -> None:
+        """A split point falls on a page; a prefix inserted again needs one (checked before any change)."""
         if split_at is not None and split_at % self.page_size:
             raise ValueError(f"split_at {split_at} is not a multiple of the page size {self.page_size}")
         if prefix_priority is not None and (split_at is None or split_at <= 0):
