@@ -2,7 +2,8 @@
 //
 // The same tree as radix_core.RadixCache's Python one, operation by operation: the same splits,
 // the same sizes, and the same eviction order (the heap holds the same entries in the same order,
-// stamped the same way; times come from the caller, never from a C++ clock). Nodes live in an
+// stamped the same way; times are the caller's, or read from the clock Python's time.monotonic
+// reads, as the Python tree would read them). Nodes live in an
 // arena, found again by (id, generation); children by one hash map keyed by the parent, the
 // namespace and the first page of units. A node's key (its raw int64 tokens: k + 1 for k bigram
 // units) is a window of the caller's array('q') or of a copy, and its values a window of a
@@ -13,16 +14,19 @@
 // collection, and a collection finalizers).
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <Python.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -31,7 +35,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
-constexpr int kTreeAbi = 6;
+constexpr int kTreeAbi = 7;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 
@@ -263,6 +267,24 @@ ValuesView values_view(const py::buffer_info& info) {
     return {info.ptr, static_cast<size_t>(info.shape[0]), true};
 }
 
+// Values given as memory the caller holds for the call: (address, items, itemsize 8 or 4), which
+// saves a CPU tensor a buffer object of its own (radix_core passes a tensor's data_ptr()); else a
+// buffer, read as values_view reads it. `held` keeps the buffer for the call.
+ValuesView given_values(const py::object& values, py::buffer_info& held) {
+    if (!PyTuple_Check(values.ptr())) {
+        if (!PyObject_CheckBuffer(values.ptr())) {
+            throw py::type_error("values must be a 1-D contiguous int64 or int32 buffer, or (address, items, itemsize)");
+        }
+        held = py::reinterpret_borrow<py::buffer>(values).request();
+        return values_view(held);
+    }
+    auto [address, items, itemsize] = values.cast<std::tuple<uintptr_t, int64_t, int64_t>>();
+    if (items < 0 || (itemsize != 8 && itemsize != 4) || (items > 0 && address == 0)) {
+        throw py::value_error("values as memory must be (address, items >= 0, itemsize 8 or 4)");
+    }
+    return {reinterpret_cast<const void*>(address), static_cast<size_t>(items), itemsize == 4};
+}
+
 // A new bytearray store of items [from, from + count) of `values` as int64 (MemoryError leaves
 // nothing behind).
 Store* copied_values(const ValuesView& values, size_t from, size_t count) {
@@ -328,12 +350,12 @@ class Tree {
     }
 
     // (prefix units, last node id, its generation, the matched values as int64 bytes)
-    py::tuple match(const py::buffer& tokens, int64_t ns, const py::buffer& times, int64_t key_start, int64_t key_stop) {
+    py::tuple match(const py::buffer& tokens, int64_t ns, const py::object& times, int64_t key_start, int64_t key_stop) {
         begin_call();
         py::buffer_info held = tokens.request();
         Int64View key = window(int64_view(held, "tokens"), key_start, key_stop);
-        py::buffer_info held_times = times.request();
-        double now = start_clock(held_times);
+        py::buffer_info held_times;
+        double now = start_clock(read_times(times, held_times));
         size_t units = aligned_units(key.size);
         splits_.clear();
         nodes_[kRoot].last_access = now;
@@ -352,28 +374,25 @@ class Tree {
     // or int32 kept as int64) is the value of unit value_offset + i; known_path (a node id and
     // generation, or kNone) is a node whose path spells the key's first units; split_at (or -1) a
     // unit where the new part is cut; keep_values: the values are an array the caller made for
-    // this call and never writes, which the tree may keep instead of copying. prefix_times (or
+    // this call and never writes, which the tree may keep instead of copying. prefix_priority (or
     // None): then the key's first split_at units (all of it if fewer) are inserted again at
-    // prefix_priority, as a second insert of them (following this one's last node, counting no
-    // hit) reading these times would: SGLang's checkpoint inserts the prompt again, so that
-    // eviction drops the output first. The answer is this insert's.
-    py::tuple insert(const py::buffer& tokens, int64_t ns, const py::buffer& values, int64_t priority,
-                     int64_t inserted_len, const py::buffer& times, int64_t value_offset, uint32_t known_path,
+    // that priority, as a second insert of them (following this one's last node, counting no
+    // hit) reading prefix_times would (None: the clock): SGLang's checkpoint inserts the prompt
+    // again, so that eviction drops the output first. The answer is this insert's.
+    py::tuple insert(const py::buffer& tokens, int64_t ns, const py::object& values, int64_t priority,
+                     int64_t inserted_len, const py::object& times, int64_t value_offset, uint32_t known_path,
                      uint32_t known_generation, int64_t split_at, int64_t key_start, int64_t key_stop,
-                     bool keep_values, int64_t prefix_priority, const py::object& prefix_times) {
+                     bool keep_values, std::optional<int64_t> prefix_priority, const py::object& prefix_times) {
         begin_call();
         py::buffer_info held_key = tokens.request();
-        py::buffer_info held_values = values.request();
+        py::buffer_info held_values;
+        ValuesView value = given_values(values, held_values);
         py::buffer_info held_prefix_times;
-        bool prefix_again = !prefix_times.is_none();
-        if (prefix_again) {
-            held_prefix_times = py::reinterpret_borrow<py::buffer>(prefix_times).request();
-            check_clock(held_prefix_times);
-        }
-        py::buffer_info held_times = times.request();
-        double now = start_clock(held_times);
+        bool prefix_again = prefix_priority.has_value();
+        if (prefix_again) read_times(prefix_times, held_prefix_times);
+        py::buffer_info held_times;
+        double now = start_clock(read_times(times, held_times));
         Int64View key = window(int64_view(held_key, "tokens"), key_start, key_stop);
-        ValuesView value = values_view(held_values);
         size_t units = aligned_units(key.size);
         if (value_offset < 0) throw py::value_error("value_offset must be >= 0");
         if (split_at >= 0 && split_at % page_ != 0) {
@@ -427,7 +446,7 @@ class Tree {
             // Values are copied, unless the caller gives an int64 array it will never write again
             // (keep_values): then kept as keys are.
             Store* kept_values = nullptr;
-            bool may_keep = keep_values && !value.narrow && borrowable(values.ptr());
+            bool may_keep = keep_values && !value.narrow && held_values.ptr != nullptr && borrowable(values.ptr());
             auto value_part = [&](size_t from, size_t stop) {
                 size_t count = stop - from;
                 if (!may_keep || 2 * count < value.size) return Span(copied_values(value, from - offset, count), 0, count);
@@ -458,11 +477,11 @@ class Tree {
             double then = start_clock(held_prefix_times);
             Node& top = nodes_[kRoot];  // made nodes may have moved the arena: `root` is stale
             top.last_access = then;
-            top.priority = std::max(top.priority, prefix_priority);
+            top.priority = std::max(top.priority, *prefix_priority);
             size_t prefix_units = std::min(units, static_cast<size_t>(split_at));
             uint32_t prefix_node = kRoot;
             size_t prefix_position = 0;
-            follow(node, nodes_[node].generation, prefix_units, then, prefix_priority,
+            follow(node, nodes_[node].generation, prefix_units, then, *prefix_priority,
                    static_cast<int64_t>(prefix_units), prefix_node, prefix_position);
         }
         py::tuple answer = py::make_tuple(position, node, nodes_[node].generation);
@@ -931,7 +950,9 @@ class Tree {
     }
 
     // A call's clock: `times` are the times the Python tree would read in the call, in order (the
-    // call's own first, then two per node it makes); past the last, the last repeats.
+    // call's own first, then two per node it makes); past the last, the last repeats. None: each
+    // is read when needed from the monotonic clock, the one Python's time.monotonic reads
+    // (CLOCK_MONOTONIC on Linux), which saves a caller on the real clock reading it in advance.
     static void check_clock(const py::buffer_info& times) {
         if (times.ndim != 1 || times.itemsize != 8 || times.shape[0] < 1 || (times.shape[0] > 1 && times.strides[0] != 8) ||
             (times.format != "d" && times.format != "<d" && times.format != "=d")) {
@@ -939,15 +960,36 @@ class Tree {
         }
     }
 
-    double start_clock(const py::buffer_info& times) {
-        check_clock(times);
-        times_ = static_cast<const double*>(times.ptr);
-        times_count_ = static_cast<size_t>(times.shape[0]);
+    // `times` (None: the clock) checked and held in `held` for the call.
+    static const py::buffer_info& read_times(const py::object& times, py::buffer_info& held) {
+        if (!times.is_none()) {
+            if (!PyObject_CheckBuffer(times.ptr())) throw py::type_error("times must be None or a buffer of doubles");
+            held = py::reinterpret_borrow<py::buffer>(times).request();
+            check_clock(held);
+        }
+        return held;
+    }
+
+    // The call's first time; its readings from then on are `held`'s (read_times), or the clock's
+    // where it holds none.
+    double start_clock(const py::buffer_info& held) {
+        if (held.ptr == nullptr) {
+            times_ = nullptr;
+            return monotonic_seconds();
+        }
+        times_ = static_cast<const double*>(held.ptr);
+        times_count_ = static_cast<size_t>(held.shape[0]);
         times_used_ = 1;
         return times_[0];
     }
 
+    static double monotonic_seconds() {
+        auto since = std::chrono::steady_clock::now().time_since_epoch();
+        return std::chrono::duration<double>(since).count();
+    }
+
     double next_time() {
+        if (times_ == nullptr) return monotonic_seconds();
         double time = times_[times_used_ < times_count_ ? times_used_ : times_count_ - 1];
         times_used_ += 1;
         return time;
@@ -1051,7 +1093,7 @@ PYBIND11_MODULE(_tree, m) {
              py::arg("priority"), py::arg("inserted_len"), py::arg("times"), py::arg("value_offset") = 0,
              py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1,
              py::arg("key_start") = 0, py::arg("key_stop") = -1, py::arg("keep_values") = false,
-             py::arg("prefix_priority") = 0, py::arg("prefix_times") = py::none())
+             py::arg("prefix_priority") = py::none(), py::arg("prefix_times") = py::none())
         .def("evict", &Tree::evict, py::arg("num_units"), py::arg("keys") = false)
         .def("last_splits", &Tree::last_splits)
         .def("inc_lock_ref", &Tree::inc_lock_ref, py::arg("node"), py::arg("generation"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import gc
 import itertools
+import time
 import types
 from array import array
 
@@ -272,7 +273,7 @@ TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=
 
 
 def test_abi_is_what_this_release_expects():
-    assert _tree.TREE_ABI == 6
+    assert _tree.TREE_ABI == 7
 
 
 @pytest.mark.parametrize(
@@ -302,6 +303,34 @@ def test_tokens_must_be_an_int64_buffer(bad):
 def test_times_must_be_a_buffer_of_doubles(bad):
     with pytest.raises(TypeError, match="times"):
         _tree.Tree(1, False, "lru").match(array("q", [1]), 0, bad)
+
+
+def test_without_times_the_tree_reads_the_clock_time_monotonic_reads():
+    tree = _tree.Tree(1, False, "lru")
+    before = time.monotonic()
+    _, node, generation = tree.insert(array("q", [1, 2, 3]), 0, array("q", [7, 8, 9]), 0, 0, None)
+    tree.insert(array("q", [1, 2, 4]), 0, array("q", [7, 8, 5]), 0, 0, None, split_at=2, prefix_priority=2)
+    tree.match(array("q", [1, 2, 3]), 0, None)
+    after = time.monotonic()
+    state = tree.node_state(node, generation)
+    parent = tree.node_state(state["parent"], state["parent_generation"])
+    assert before <= parent["creation_time"] <= parent["last_access_time"] <= state["last_access_time"] <= after
+    assert parent["priority"] == 2
+
+
+def test_values_may_be_memory_the_caller_holds():
+    tree = _tree.Tree(1, False, "lru")
+    for typecode, itemsize in (("q", 8), ("i", 4)):
+        held = array(typecode, [-5, 6, 2**31 - 1])
+        memory = (held.buffer_info()[0], len(held), itemsize)
+        assert tree.insert(array("q", [itemsize, 1, 2]), 0, memory, 0, 0, None)[0] == 0
+        assert native_bytes(tree.match(array("q", [itemsize, 1, 2]), 0, None)[3]) == [-5, 6, 2**31 - 1]
+    assert tree.insert(array("q"), 0, (0, 0, 8), 0, 0, None)[0] == 0  # no items: no address needed
+    for bad in [(0, 1, 8), (16, 1, 2), (16, -1, 8)]:
+        with pytest.raises(ValueError, match="address"):
+            tree.insert(array("q", [3]), 0, bad, 0, 0, None)
+    with pytest.raises(TypeError, match="values"):
+        tree.insert(array("q", [3]), 0, 5, 0, 0, None)
 
 
 def test_unknown_policy_and_page_size_are_refused():

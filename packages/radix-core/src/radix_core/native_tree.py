@@ -25,7 +25,6 @@ to the rebuilt nodes, and nothing cached is lost.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import itertools
 import logging
@@ -46,10 +45,7 @@ __all__ = ["NativeNode", "NativeRadixCache"]
 
 logger = logging.getLogger("radix_core")
 
-_memory_of = ctypes.pythonapi.PyMemoryView_FromMemory  # a view of a CPU tensor's memory
-_memory_of.restype = ctypes.py_object
-_memory_of.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
-_READ_ONLY = 0x100  # PyBUF_READ
+_SYSTEM_MONOTONIC = time.monotonic  # the clock the tree reads itself (tests tick their own)
 _NO_NODE = 2**32 - 1  # the tree's "no known path"
 _CALLER_ERRORS = (ValueError, TypeError, OverflowError)  # a bad call, not a broken tree
 _arena_for_cpu_tensors = False  # tests: CPU tensors take the device path as well (no GPU in CI)
@@ -73,18 +69,23 @@ def _first(parts: list[Any]) -> Any:
     return parts[0]
 
 
-def _match_times() -> array:
+def _match_times() -> array | None:
     """The clock readings a match of the Python tree might make, in order: its own, then two for
     the node a split makes. The native tree uses them as the Python tree would, so both order
-    evictions alike even under a test's ticking clock."""
+    evictions alike even under a test's ticking clock. None on the system's clock: the tree reads
+    it itself, when the Python tree would."""
     monotonic = time.monotonic
+    if monotonic is _SYSTEM_MONOTONIC:
+        return None
     return array("d", (monotonic(), monotonic(), monotonic()))
 
 
-def _insert_times() -> array:
+def _insert_times() -> array | None:
     """An insert's: its own, then two for each of the three nodes it may make (a split of the
-    node the key leaves, and the new part cut in two at ``split_at``)."""
+    node the key leaves, and the new part cut in two at ``split_at``); None as for a match."""
     monotonic = time.monotonic
+    if monotonic is _SYSTEM_MONOTONIC:
+        return None
     return array("d", (monotonic(), monotonic(), monotonic(), monotonic(), monotonic(), monotonic(), monotonic()))
 
 
@@ -294,7 +295,7 @@ class NativeRadixCache(RadixCache):
                 cache_key._start,
                 cache_key._stop,
                 value is None,  # the values are the key's token ids, sliced for this call: kept
-                0 if prefix_priority is None else prefix_priority,
+                prefix_priority,
                 None if prefix_priority is None else _insert_times(),  # read after this insert's
             )
         except Exception as exc:
@@ -502,8 +503,9 @@ class NativeRadixCache(RadixCache):
         return RadixKey._window(raw, 0, len(raw), self._namespace_keys[namespace], self.is_eagle)
 
     def _tree_values(self, kind: ValueKind, value: Any) -> Any:
-        """``value`` as a contiguous int64 or int32 buffer the tree reads (and keeps as int64:
-        int32, the dtype of SGLang's KV index rows, is widened in the tree's one copy), or None
+        """``value`` as contiguous int64 or int32 items the tree reads (and keeps as int64: int32,
+        the dtype of SGLang's KV index rows, is widened in the tree's one copy): a buffer, or a CPU
+        tensor's memory as (address, items, itemsize), held until the tree has copied it; None
         where the native tree cannot hold it losslessly."""
         name = kind.name
         if name == "array":
@@ -529,11 +531,8 @@ class NativeRadixCache(RadixCache):
                 value = value.to(torch.int64)
             value = value.contiguous()
             count = value.shape[0]
-            if count == 0:
-                return array("q")
             self._held_tensor = value  # the memory's owner, alive until the tree has copied it
-            width, typecode = (4, "i") if dtype == torch.int32 else (8, "q")
-            return _memory_of(value.data_ptr(), width * count, _READ_ONLY).cast(typecode)  # no numpy, no copy
+            return value.data_ptr(), count, 4 if dtype == torch.int32 else 8  # no buffer object, no copy
         return None  # lists
 
     def _from_int64(self, values: bytearray) -> Any:

@@ -8,16 +8,16 @@ class Tree:
     def __init__(self, page_size: int, bigram: bool, policy: str) -> None: ...
     def reset(self) -> None: ...
     def match(
-        self, tokens: Any, namespace: int, times: Any, key_start: int = 0, key_stop: int = -1
+        self, tokens: Any, namespace: int, times: Any | None, key_start: int = 0, key_stop: int = -1
     ) -> tuple[int, int, int, bytearray]: ...
     def insert(
         self,
         tokens: Any,
         namespace: int,
-        values: Any,
+        values: Any,  # a buffer, or (address, items, itemsize) of memory held for the call
         priority: int,
         inserted_len: int,
-        times: Any,
+        times: Any | None,  # None: the tree reads the monotonic clock
         value_offset: int = 0,
         known_path: int = ...,
         known_generation: int = 0,
@@ -25,7 +25,7 @@ class Tree:
         key_start: int = 0,
         key_stop: int = -1,
         keep_values: bool = False,
-        prefix_priority: int = 0,
+        prefix_priority: int | None = None,
         prefix_times: Any = None,
     ) -> tuple[int, int, int]: ...
     def evict(
