@@ -47,6 +47,7 @@ logger = logging.getLogger("radix_core")
 
 _SYSTEM_MONOTONIC = time.monotonic  # the clock the tree reads itself (tests tick their own)
 _NO_NODE = 2**32 - 1  # the tree's "no known path"
+_HANDLE_SLACK = 16  # entries of handles gone that a registry may keep, past twice its live ones
 _CALLER_ERRORS = (ValueError, TypeError, OverflowError)  # a bad call, not a broken tree
 _arena_for_cpu_tensors = False  # tests: CPU tensors take the device path as well (no GPU in CI)
 
@@ -135,18 +136,6 @@ class NativeNode(TreeNode):
         return f"NativeNode(id={self.id}, generation={self._generation})"
 
 
-def _handle_forgetter(cache_ref: weakref.ref) -> Callable[[weakref.KeyedRef], None]:
-    """The callback that drops a handle's entry from its cache's registry when the handle goes
-    (it reaches the cache weakly: no cycle keeps a dropped cache alive)."""
-
-    def forget(ref: weakref.KeyedRef) -> None:
-        cache = cache_ref()
-        if cache is not None and cache._handles.get(ref.key) is ref:  # not a newer handle's entry
-            del cache._handles[ref.key]
-
-    return forget
-
-
 @functools.cache
 def _handle_class(node_class: type[TreeNode]) -> type[NativeNode]:
     """Handles that also behave as ``node_class`` (a TreeNode subclass adding properties only,
@@ -179,9 +168,10 @@ class NativeRadixCache(RadixCache):
         self._self_ref = weakref.ref(self)  # what handles hold
         self._python: RadixCache | None = None  # the Python tree this cache moved to, if it did
         self._python_nodes: dict[tuple[int, int, int], TreeNode] = {}  # (epoch, id, generation) -> rebuilt
-        # (id, generation) -> a weak reference to the node's one handle, dropped with the handle
-        self._handles: dict[tuple[int, int], weakref.KeyedRef] = {}
-        self._forget_handle = _handle_forgetter(self._self_ref)
+        # (id, generation) -> a weak reference to the node's one handle; entries of handles gone
+        # are dropped in batches (_handle): a callback per handle would cost more than its handle
+        self._handles: dict[tuple[int, int], weakref.ref] = {}
+        self._live_handles = 0  # entries left by the last batch
         self._page_hashes: dict[int, Any] = {}
         self._held_tensor: Any = None  # a converted value's tensor, during the insert that reads it
         self._arena: DeviceArena | None = None  # where tensor values on a device are kept, if any
@@ -207,7 +197,7 @@ class NativeRadixCache(RadixCache):
         if self._arena is not None:
             self._arena.clear()
         self._epoch += 1
-        self._handles = {}
+        self._handles, self._live_handles = {}, 0
         self._page_hashes.clear()
         self._namespaces, self._namespace_keys = {None: 0}, {0: None}
         self.root_node = self._handle(0, self._tree.root_generation())
@@ -338,7 +328,7 @@ class NativeRadixCache(RadixCache):
         on_evict, on_remove, page_hashes, arena = self.on_evict, self.on_remove, self._page_hashes, self._arena
         if on_evict is not None or on_remove is not None or page_hashes or arena is not None:
             for node_id, units, namespace, tokens, values, start in taken:
-                hashes = page_hashes.pop(node_id, None)
+                hashes = page_hashes.pop(node_id, None) if page_hashes else None
                 if on_evict is not None or on_remove is not None:
                     part = self._view_of(values, start, units)  # made only for someone to take
                     if on_evict is not None:
@@ -347,9 +337,10 @@ class NativeRadixCache(RadixCache):
                         on_remove(self._removed_node(node_id, namespace, tokens, part, hashes))
                 if arena is not None:  # copied out above before its positions can be reused
                     arena.release(self._positions(values, start, units))
-        for namespace in {entry[2] for entry in taken}:
-            if namespace and not self._tree.namespace_nodes(namespace):  # its last node went
-                del self._namespaces[self._namespace_keys.pop(namespace)]
+        if len(self._namespaces) > 1:  # namespaces beside the default one, which is never forgotten
+            for namespace in {entry[2] for entry in taken}:
+                if namespace and not self._tree.namespace_nodes(namespace):  # its last node went
+                    del self._namespaces[self._namespace_keys.pop(namespace)]
         return evicted
 
     def inc_lock_ref(self, node: TreeNode) -> int:
@@ -409,12 +400,16 @@ class NativeRadixCache(RadixCache):
 
     def _handle(self, node_id: int, generation: int) -> NativeNode:
         """The one handle of a node while anyone holds it."""
-        ref = self._handles.get((node_id, generation))
+        key = (node_id, generation)
+        handles = self._handles
+        ref = handles.get(key)
         handle = None if ref is None else ref()
         if handle is None:
             handle = self._handle_class(self, node_id, generation)
-            key = (node_id, generation)
-            self._handles[key] = weakref.KeyedRef(handle, self._forget_handle, key)
+            handles[key] = weakref.ref(handle)
+            if len(handles) > 2 * self._live_handles + _HANDLE_SLACK:  # amortized O(1) a handle
+                self._handles = {key: ref for key, ref in handles.items() if ref() is not None}
+                self._live_handles = len(self._handles)
         return handle
 
     def _ids(self, node: TreeNode | None) -> tuple[int, int]:
@@ -631,7 +626,7 @@ class NativeRadixCache(RadixCache):
             self._python_nodes = {(self._epoch, 0, root._generation): python.root_node}
         self._python = python
         self.root_node = python.root_node
-        self._handles = {}
+        self._handles, self._live_handles = {}, 0
         self._page_hashes = {}
         self._tree = None
         self._arena = None  # the rebuilt nodes hold their indices as device tensors
