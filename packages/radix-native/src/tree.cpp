@@ -24,9 +24,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -278,7 +278,13 @@ ValuesView given_values(const py::object& values, py::buffer_info& held) {
         held = py::reinterpret_borrow<py::buffer>(values).request();
         return values_view(held);
     }
-    auto [address, items, itemsize] = values.cast<std::tuple<uintptr_t, int64_t, int64_t>>();
+    std::tuple<uintptr_t, int64_t, int64_t> memory;
+    try {
+        memory = values.cast<std::tuple<uintptr_t, int64_t, int64_t>>();
+    } catch (const py::cast_error&) {
+        throw py::type_error("values as memory must be a tuple of three ints: (address, items, itemsize)");
+    }
+    auto [address, items, itemsize] = memory;
     if (items < 0 || (itemsize != 8 && itemsize != 4) || (items > 0 && address == 0)) {
         throw py::value_error("values as memory must be (address, items >= 0, itemsize 8 or 4)");
     }

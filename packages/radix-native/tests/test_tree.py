@@ -329,8 +329,9 @@ def test_values_may_be_memory_the_caller_holds():
     for bad in [(0, 1, 8), (16, 1, 2), (16, -1, 8)]:
         with pytest.raises(ValueError, match="address"):
             tree.insert(array("q", [3]), 0, bad, 0, 0, None)
-    with pytest.raises(TypeError, match="values"):
-        tree.insert(array("q", [3]), 0, 5, 0, 0, None)
+    for bad in [5, (16, 1), (16, 1, 8, 0), (16.0, 1, 8), (-16, 1, 8)]:
+        with pytest.raises(TypeError, match="values"):
+            tree.insert(array("q", [3]), 0, bad, 0, 0, None)
 
 
 def test_unknown_policy_and_page_size_are_refused():
