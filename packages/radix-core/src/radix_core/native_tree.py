@@ -46,6 +46,10 @@ __all__ = ["NativeNode", "NativeRadixCache"]
 logger = logging.getLogger("radix_core")
 
 _SYSTEM_MONOTONIC = time.monotonic  # the clock the tree reads itself (tests tick their own)
+_MATCH_READINGS = 3  # a match's own clock reading, then two for the node a split makes
+# an insert's own, then two for each of the three nodes it may make (a split of the node the key
+# leaves, and the new part cut in two at split_at)
+_INSERT_READINGS = 7
 _NO_NODE = 2**32 - 1  # the tree's "no known path"
 _HANDLE_SLACK = 16  # entries of handles gone that a registry may keep, past twice its live ones
 _CALLER_ERRORS = (ValueError, TypeError, OverflowError)  # a bad call, not a broken tree
@@ -70,24 +74,15 @@ def _first(parts: list[Any]) -> Any:
     return parts[0]
 
 
-def _match_times() -> array | None:
-    """The clock readings a match of the Python tree might make, in order: its own, then two for
-    the node a split makes. The native tree uses them as the Python tree would, so both order
-    evictions alike even under a test's ticking clock. None on the system's clock: the tree reads
-    it itself, when the Python tree would."""
+def _clock_readings(count: int) -> array | None:
+    """The ``count`` clock readings a call of the Python tree might make, in order; the native
+    tree uses them as the Python tree would, so both order evictions alike even under a test's
+    ticking clock. None on the system's clock: the tree reads it itself, when the Python tree
+    would."""
     monotonic = time.monotonic
     if monotonic is _SYSTEM_MONOTONIC:
         return None
-    return array("d", (monotonic(), monotonic(), monotonic()))
-
-
-def _insert_times() -> array | None:
-    """An insert's: its own, then two for each of the three nodes it may make (a split of the
-    node the key leaves, and the new part cut in two at ``split_at``); None as for a match."""
-    monotonic = time.monotonic
-    if monotonic is _SYSTEM_MONOTONIC:
-        return None
-    return array("d", (monotonic(), monotonic(), monotonic(), monotonic(), monotonic(), monotonic(), monotonic()))
+    return array("d", [monotonic() for _ in range(count)])
 
 
 class NativeNode(TreeNode):
@@ -211,7 +206,7 @@ class NativeRadixCache(RadixCache):
         namespace = self._namespaces.get(key.extra_key, -1)  # -1: a namespace with no node
         try:
             length, node_id, generation, values = self._tree.match(
-                key._tokens, namespace, _match_times(), key._start, key._stop
+                key._tokens, namespace, _clock_readings(_MATCH_READINGS), key._start, key._stop
             )
         except _CALLER_ERRORS:
             raise
@@ -277,7 +272,7 @@ class NativeRadixCache(RadixCache):
                 values,
                 0 if priority is None else priority,
                 inserted_len,
-                _insert_times(),
+                _clock_readings(_INSERT_READINGS),
                 value_offset,
                 known[0],
                 known[1],
@@ -286,7 +281,7 @@ class NativeRadixCache(RadixCache):
                 cache_key._stop,
                 value is None,  # the values are the key's token ids, sliced for this call: kept
                 prefix_priority,
-                None if prefix_priority is None else _insert_times(),  # read after this insert's
+                None if prefix_priority is None else _clock_readings(_INSERT_READINGS),  # after this insert's
             )
         except Exception as exc:
             if reserved is not None:  # the tree kept none of them
