@@ -22,7 +22,9 @@ unbounded, 1M and 200k tokens; LRU. Every cache must give every request the same
 
 Each cell also times a memory floor: per request only the memory work any exact cache does
 (compare the matched tokens, copy the matched KV indices out and the new ones in), to show how much
-faster than SGLang's default a cache could be on this machine at all (``speedup_bound``).
+faster than SGLang's default a cache could be on this machine at all (``speedup_bound``). Each
+cache's last replay and the floor also give their p99 over their p50 per request (gc on): where the
+floor's own is high, the tail is the requests' spread of sizes, which no cache removes.
 
     python benchmarks/benchmark_anchor.py [--requests N] [--rounds R] [--check] [--json FILE] [--plot FILE.png]
 """
@@ -237,6 +239,7 @@ def measure(workload: str, server_args: Any, stream: list[Request], rounds: int)
             matched_by: dict[str, list[int]] = {}
             freed_by: dict[str, int] = {}
             footprint: dict[str, dict[str, float]] = {}  # after the last round's replay
+            tails: dict[str, float] = {}  # p99 / p50 of the last round's requests
             floor: list[float] = []
             for r in range(rounds):
                 for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -246,10 +249,12 @@ def measure(workload: str, server_args: Any, stream: list[Request], rounds: int)
                     matched_by[name], freed_by[name] = matched, freed
                     if r == rounds - 1:
                         footprint[name] = gc_footprint(held)
+                        tails[name] = tail_ratio(seconds)
                     held.clear()
                 gc.collect()
                 seconds = memory_floor(stream, matched_by[BASELINE], eagle, capacity)
                 floor.append(sum(seconds) / len(seconds))
+            tails["memory floor"] = tail_ratio(seconds)
             prompt_units = sum(max(len(prompt) - eagle, 0) for prompt, _, _ in stream)
             cell = {
                 "workload": workload,
@@ -262,6 +267,7 @@ def measure(workload: str, server_args: Any, stream: list[Request], rounds: int)
                 "memory_floor": {
                     "us_per_request": statistics.median(floor) * 1e6,
                     "speedup_bound": statistics.median(b / f for b, f in zip(per_round[BASELINE], floor)),
+                    "p99_over_p50": tails["memory floor"],
                 },
             }
             for name, times in per_round.items():
@@ -271,11 +277,19 @@ def measure(workload: str, server_args: Any, stream: list[Request], rounds: int)
                     "speedup": statistics.median(ratios),
                     "speedup_min": min(ratios),
                     "speedup_max": max(ratios),
+                    "p99_over_p50": tails[name],
                     **footprint[name],
                 }
             cells.append(cell)
             print_cell(cell)
     return cells
+
+
+def tail_ratio(seconds: list[float]) -> float:
+    """A replay's p99 over its p50 per request: how far its slow requests are from its typical one.
+    The floor's own says how much of that is the requests' spread of sizes, not the cache."""
+    cuts = statistics.quantiles(seconds, n=100)
+    return cuts[98] / cuts[49]
 
 
 def cell_name(cell: dict) -> str:
@@ -287,12 +301,16 @@ def print_cell(cell: dict) -> None:
     for name, v in cell["implementations"].items():
         spread = f"[{v['speedup_min']:.2f}-{v['speedup_max']:.2f}]"
         gc_cost = f"{v['gc_objects']:>9,} gc objects, {v['gc_full_ms']:+.1f} ms a full collection"
+        tail = f"p99/p50 {v['p99_over_p50']:4.1f}"
         print(
-            f"  {name:<30} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}  {gc_cost}", flush=True
+            f"  {name:<30} {v['us_per_request']:>8.1f} us/request {v['speedup']:>6.2f}x {spread}  {tail}  {gc_cost}",
+            flush=True,
         )
     floor = cell["memory_floor"]
     print(
-        f"  {'memory floor':<30} {floor['us_per_request']:>8.1f} us/request {floor['speedup_bound']:>6.2f}x", flush=True
+        f"  {'memory floor':<30} {floor['us_per_request']:>8.1f} us/request {floor['speedup_bound']:>6.2f}x "
+        f"{'':>13}  p99/p50 {floor['p99_over_p50']:4.1f}",
+        flush=True,
     )
 
 
