@@ -305,6 +305,24 @@ def test_match_indices_are_joined_on_first_use_and_equal_path_indices(backend_na
         cache.path_indices(result.last_node)
 
 
+def test_a_match_asked_for_no_indices_changes_the_tree_as_any_match(backend_name, ticking_clock):
+    freed: list[list] = [[], []]
+    caches = [RadixCache(on_evict=lambda value, i=i: freed[i].append(list(value))) for i in (0, 1)]
+    for cache in caches:
+        cache.insert([1, 2, 3, 4], array("q", [10, 20, 30, 40]))
+        cache.insert([5, 6], array("q", [50, 60]))
+    full, bare = caches[0].match_prefix([1, 2, 9]), caches[1].match_prefix([1, 2, 9], indices=False)
+    assert (full.prefix_len, list(full.last_node.key)) == (bare.prefix_len, list(bare.last_node.key)) == (2, [1, 2])
+    assert list(full.indices) == [10, 20] and bare.indices is None
+    assert caches[1].match_prefix([7], indices=False).indices is None
+    caches[0].match_prefix([7])
+    for cache in caches:  # the same split and access times: the same eviction order
+        check_invariants(cache)
+        while cache.evict(1):
+            pass
+    assert freed[0] == freed[1] == [[50, 60], [30, 40], [10, 20]]
+
+
 def test_locked_nodes_are_never_evicted(backend_name):
     freed = []
     cache = RadixCache(on_evict=freed.append)
@@ -585,13 +603,14 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, as_value=None) -> 
             assert self.path_units(result.last_node) == self.aligned_units(tokens), "the key ends at last_node"
             assert self.cache.match_prefix(RadixKey(tokens, extra_key)).prefix_len == self.aligned_units(tokens)
 
-        @rule(tokens=segment_keys, extra_key=namespaces)
-        def match(self, tokens, extra_key):
-            result = self.cache.match_prefix(RadixKey(tokens, extra_key))
+        @rule(tokens=segment_keys, extra_key=namespaces, indices=st.booleans())
+        def match(self, tokens, extra_key, indices):
+            result = self.cache.match_prefix(RadixKey(tokens, extra_key), indices=indices)
             assert 0 <= result.prefix_len <= self.aligned_units(tokens) and result.prefix_len % page_size == 0
-            assert list(result.indices) == list(value_items(tokens, extra_key, is_eagle))[: result.prefix_len]
+            expected = list(value_items(tokens, extra_key, is_eagle))[: result.prefix_len]
+            assert list(result.indices) == expected if indices else result.indices is None
             assert self.path_units(result.last_node) == result.prefix_len
-            assert list(self.cache.path_indices(result.last_node)) == list(result.indices)
+            assert list(self.cache.path_indices(result.last_node)) == expected
 
         def path_units(self, node):
             units = 0

@@ -168,8 +168,8 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, write_policy: str)
                 assert threshold is not None and node.hit_count >= threshold and node.host_value is None
             self.commit_backups(result.to_back_up, pending=bool(len(tokens) % 2))
 
-        @rule(tokens=keys, extra_key=namespaces)
-        def match(self, tokens, extra_key):
+        @rule(tokens=keys, extra_key=namespaces, with_indices=st.booleans())
+        def match(self, tokens, extra_key, with_indices):
             key = self.cache_key(tokens, extra_key)
             device_units = best_units = 0
             indices: list = []
@@ -181,9 +181,9 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, write_policy: str)
                 if device is not None and device_units == stop - page_size:
                     device_units = stop
                     indices.extend(device)
-            result = self.cache.match_prefix(RadixKey(tokens, extra_key))
+            result = self.cache.match_prefix(RadixKey(tokens, extra_key), indices=with_indices)
             assert (result.prefix_len, result.host_hit_length) == (device_units, best_units - device_units)
-            assert list(result.indices) == indices
+            assert list(result.indices) == indices if with_indices else result.indices is None
             assert len(self.path_units(result.last_node)) == device_units
             assert len(self.path_units(result.best_node)) == best_units
 

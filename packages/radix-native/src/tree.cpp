@@ -35,7 +35,7 @@ namespace py = pybind11;
 namespace {
 
 // Bumped whenever the tree's interface or contract changes; radix_core refuses other values.
-constexpr int kTreeAbi = 7;
+constexpr int kTreeAbi = 8;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kRoot = 0;
 
@@ -355,8 +355,10 @@ class Tree {
         free_released_stores();
     }
 
-    // (prefix units, last node id, its generation, the matched values as int64 bytes)
-    py::tuple match(const py::buffer& tokens, int64_t ns, const py::object& times, int64_t key_start, int64_t key_stop) {
+    // (prefix units, last node id, its generation, the matched values as int64 bytes, or None
+    // without `values`: a caller that reads them later by path, as SGLang does, skips the copy)
+    py::tuple match(const py::buffer& tokens, int64_t ns, const py::object& times, int64_t key_start, int64_t key_stop,
+                    bool values) {
         begin_call();
         py::buffer_info held = tokens.request();
         Int64View key = window(int64_view(held, "tokens"), key_start, key_stop);
@@ -366,12 +368,14 @@ class Tree {
         splits_.clear();
         nodes_[kRoot].last_access = now;
         descend(kRoot, key, ns, 0, units);
-        if (path_.empty()) return py::make_tuple(0, kRoot, nodes_[kRoot].generation, int64_bytes(nullptr, 0));
+        if (path_.empty()) {
+            return py::make_tuple(0, kRoot, nodes_[kRoot].generation, values ? int64_bytes(nullptr, 0) : py::none());
+        }
         enter(0, now);
         uint32_t last = path_.back();
         reprioritize(last);
-        py::object values = joined_values(path_.begin(), path_.end());
-        py::tuple answer = py::make_tuple(ends_.back(), last, nodes_[last].generation, values);
+        py::object joined = values ? joined_values(path_.begin(), path_.end()) : py::none();
+        py::tuple answer = py::make_tuple(ends_.back(), last, nodes_[last].generation, joined);
         free_released_stores();
         return answer;
     }
@@ -1094,7 +1098,7 @@ PYBIND11_MODULE(_tree, m) {
              py::arg("policy"))
         .def("reset", &Tree::reset)
         .def("match", &Tree::match, py::arg("tokens"), py::arg("namespace"), py::arg("times"),
-             py::arg("key_start") = 0, py::arg("key_stop") = -1)
+             py::arg("key_start") = 0, py::arg("key_stop") = -1, py::arg("values") = true)
         .def("insert", &Tree::insert, py::arg("tokens"), py::arg("namespace"), py::arg("values"),
              py::arg("priority"), py::arg("inserted_len"), py::arg("times"), py::arg("value_offset") = 0,
              py::arg("known_path") = kNone, py::arg("known_generation") = 0, py::arg("split_at") = -1,

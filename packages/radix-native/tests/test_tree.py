@@ -78,15 +78,15 @@ class TreeAgainstPython(RuleBasedStateMachine):
     def step(self) -> None:
         self.clock.read = []
 
-    @rule(raw=tokens, namespace=st.sampled_from(NAMESPACES))
-    def match(self, raw: list[int], namespace: object) -> None:
+    @rule(raw=tokens, namespace=st.sampled_from(NAMESPACES), with_values=st.booleans())
+    def match(self, raw: list[int], namespace: object, with_values: bool = True) -> None:
         self.step()
         ours = self.python.match_prefix(radix_core.RadixKey(raw, namespace))
         length, node, generation, values = self.native.match(
-            array("q", raw), self.namespace_numbers[namespace], self.clock.times()
+            array("q", raw), self.namespace_numbers[namespace], self.clock.times(), values=with_values
         )
         assert length == ours.prefix_len
-        assert native_bytes(values) == list(ours.indices)
+        assert native_bytes(values) == list(ours.indices) if with_values else values is None
         self.nodes.append((ours.last_node, node, generation))
 
     @rule(
@@ -273,7 +273,7 @@ TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=
 
 
 def test_abi_is_what_this_release_expects():
-    assert _tree.TREE_ABI == 7
+    assert _tree.TREE_ABI == 8
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ _FALSE_WORDS = ("", "0", "false", "no", "off")
 # The radix-native kernel contract this radix-core release was written against.
 NATIVE_KERNEL_ABI = 4
 # The contract of radix-native's tree (radix_native._tree) it was written against.
-NATIVE_TREE_ABI = 7
+NATIVE_TREE_ABI = 8
 
 BackendName = Literal["python", "native"]
 RequestedBackend = Literal["auto", "python", "native"]

@@ -121,7 +121,8 @@ class MatchResult:
     """``prefix_len`` cached units, ending at ``last_node``; ``indices`` are their values, joined.
 
     The join (a ``torch.cat`` for tensor values) happens on first access of ``indices``, so a
-    caller that only needs the node (SGLang reads indices later, off the node) pays no copy.
+    caller that only needs the node (SGLang reads indices later, off the node) pays no copy; a
+    match asked for no indices (``match_prefix(key, indices=False)``) has None.
     """
 
     __slots__ = ("prefix_len", "last_node", "_parts", "_join", "_indices")
@@ -142,6 +143,11 @@ class MatchResult:
 
     def __repr__(self) -> str:
         return f"MatchResult(prefix_len={self.prefix_len}, last_node={self.last_node!r})"
+
+
+def no_indices(parts: list[Any]) -> None:
+    """The join of a match asked for no indices."""
+    return None
 
 
 class InsertResult(NamedTuple):
@@ -230,21 +236,24 @@ class RadixCache:
         self._heap: list[tuple[Any, int, TreeNode]] = []
         self._stamps = itertools.count()
 
-    def match_prefix(self, key: KeyLike) -> MatchResult:
-        """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside one."""
+    def match_prefix(self, key: KeyLike, *, indices: bool = True) -> MatchResult:
+        """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside
+        one. ``indices=False``: the result has no indices (None), for a caller that reads them
+        later by path, as SGLang does; radix-native's tree then copies none."""
         key = self._as_cache_key(key).page_aligned(self.page_size)
         node = self.root_node
         access_time = time.monotonic()
         node.last_access_time = access_time
         path, ends = descend(node, key, 0, self.page_size)
+        join = self._join if indices else no_indices
         if not path:
-            return MatchResult(0, node, [], self._join)
+            return MatchResult(0, node, [], join)
         self._enter(path, ends, 0, access_time)
         node = path[-1]
         self._reprioritize(node)
-        values = [child.value for child in path]
+        values = [child.value for child in path] if indices else []
         position = ends[-1]
-        return MatchResult(position, node, values, self._join)
+        return MatchResult(position, node, values, join)
 
     def insert(
         self,

@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import IO, Any, cast
 
 from . import _backend
-from .cache import InsertResult, KeyLike, MatchResult, RadixCache, TreeNode, adds_no_state
+from .cache import InsertResult, KeyLike, MatchResult, RadixCache, TreeNode, adds_no_state, no_indices
 from .device_values import DeviceArena
 from .key import RadixKey
 from .values import ValueKind
@@ -198,25 +198,27 @@ class NativeRadixCache(RadixCache):
         self.root_node = self._handle(0, self._tree.root_generation())
         self._evictable_size = self._protected_size = self._node_count = 0
 
-    def match_prefix(self, key: KeyLike) -> MatchResult:
-        """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside one."""
+    def match_prefix(self, key: KeyLike, *, indices: bool = True) -> MatchResult:
+        """:meth:`RadixCache.match_prefix`; without ``indices`` the tree copies no values out."""
         if self._python is not None:
-            return self._python.match_prefix(key)
+            return self._python.match_prefix(key, indices=indices)
         key = self._as_cache_key(key).page_aligned(self.page_size)
         namespace = self._namespaces.get(key.extra_key, -1)  # -1: a namespace with no node
         try:
             length, node_id, generation, values = self._tree.match(
-                key._tokens, namespace, _clock_readings(_MATCH_READINGS), key._start, key._stop
+                key._tokens, namespace, _clock_readings(_MATCH_READINGS), key._start, key._stop, indices
             )
         except _CALLER_ERRORS:
             raise
         except Exception as exc:
             self._move_to_python(f"match raised {type(exc).__name__}: {exc}", failure=True)
-            return self.match_prefix(key)
+            return self.match_prefix(key, indices=indices)
         finally:
             if self._page_hashes:
                 self._cut_page_hashes()
         node = self.root_node if node_id == 0 else self._handle(node_id, generation)
+        if not indices:
+            return MatchResult(length, node, [], no_indices)
         if self._arena is not None and length:  # now: the positions may be reused before a later join
             return MatchResult(length, node, [self._from_int64(values)], _first)
         return MatchResult(length, node, [values] if length else [], self._join_int64)

@@ -76,7 +76,7 @@ def replay(
         full = prompt + expander.output(index, request)
         prompt_key = RadixKey(prompt, is_bigram=eagle).page_aligned(page_size)
         start = clock()
-        matched = cache.match_prefix(prompt_key).prefix_len
+        matched = cache.match_prefix(prompt_key, indices=False).prefix_len
         cache.insert(full)
         if capacity is not None:
             excess = cache.evictable_size() + cache.protected_size() - capacity

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
-from .cache import KeyLike, MatchResult, RadixCache, TreeNode, descend
+from .cache import KeyLike, MatchResult, RadixCache, TreeNode, descend, no_indices
 from .key import RadixKey
 from .values import value_kind_of
 
@@ -155,15 +155,17 @@ class TieredRadixCache(RadixCache):
 
     # ----- match and insert -------------------------------------------------------------------
 
-    def match_prefix(self, key: KeyLike) -> TieredMatchResult:
-        """The longest prefix of ``key`` cached on either tier; ``prefix_len`` of it on the device."""
+    def match_prefix(self, key: KeyLike, *, indices: bool = True) -> TieredMatchResult:
+        """The longest prefix of ``key`` cached on either tier; ``prefix_len`` of it on the device
+        (``indices``: :meth:`RadixCache.match_prefix`'s)."""
         key = self._as_cache_key(key).page_aligned(self.page_size)
         root = self.root_node
         access_time = time.monotonic()
         root.last_access_time = access_time
         path, ends = descend(root, key, 0, self.page_size)
+        join = self._join if indices else no_indices
         if not path:
-            return TieredMatchResult(0, root, [], self._join, root, 0)
+            return TieredMatchResult(0, root, [], join, root, 0)
         self._enter(path, ends, 0, access_time)
         on_device = 0  # device nodes form a rooted subtree: they come first on any path
         while on_device < len(path) and path[on_device].value is not None:
@@ -172,8 +174,8 @@ class TieredRadixCache(RadixCache):
         device_units = ends[on_device - 1] if on_device else 0
         self._reprioritize(last_device)
         self._reprioritize(path[-1])
-        values = [node.value for node in path[:on_device]]
-        return TieredMatchResult(device_units, last_device, values, self._join, path[-1], ends[-1] - device_units)
+        values = [node.value for node in path[:on_device]] if indices else []
+        return TieredMatchResult(device_units, last_device, values, join, path[-1], ends[-1] - device_units)
 
     def insert(  # type: ignore[override]  # a TieredInsertResult says more
         self,

@@ -179,7 +179,7 @@ class RadixCoreCache(RadixCache):
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)  # in place, as SGLang does
         if len(key) == 0:
             return self._empty_match_result
-        found = self.tree.match_prefix(self._tree_key(key))
+        found = self.tree.match_prefix(self._tree_key(key), indices=False)
         if found.prefix_len == 0:
             return self._empty_match_result
         node = found.last_node
@@ -190,7 +190,7 @@ class RadixCoreCache(RadixCache):
     def touch_prefix(self, key: RadixKey) -> None:
         key, _ = key.maybe_to_bigram_view(self.is_eagle)
         if len(key):
-            self.tree.match_prefix(self._tree_key(key))
+            self.tree.match_prefix(self._tree_key(key), indices=False)
 
     def insert(self, params: InsertParams) -> InsertResult:
         """SGLang's insert: the key page-aligned, ``value`` cut to it (EAGLE: a raw key of n tokens

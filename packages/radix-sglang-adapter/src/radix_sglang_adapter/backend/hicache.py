@@ -144,7 +144,7 @@ class RadixCoreHiCache(RadixCoreCache):
         key, _ = params.key.maybe_to_bigram_view(self.is_eagle)  # in place, as SGLang does
         if len(key) == 0:
             return self._empty_match_result
-        found = self.tree.match_prefix(self._tree_key(key))
+        found = self.tree.match_prefix(self._tree_key(key), indices=False)
         return MatchResult(
             device_prefix_len=found.prefix_len,
             last_device_node=found.last_node,

@@ -274,7 +274,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     # ----- match --------------------------------------------------------------------------------
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
-        result = self.tree.match_prefix(self._tree_key(params.key))
+        result = self.tree.match_prefix(self._tree_key(params.key), indices=False)
         if result.best_node is self.root_node:
             return self._empty_match_result
         best = result.best_node.id
