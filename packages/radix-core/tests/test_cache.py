@@ -300,6 +300,11 @@ def test_match_indices_are_joined_on_first_use_and_equal_path_indices(backend_na
     assert list(result.indices) == [10, 20, 30, 40] and result.indices is result.indices
     assert list(cache.path_indices(result.last_node)) == [10, 20, 30, 40]
     assert len(cache.path_indices(cache.root_node)) == 0
+    assert list(cache.path_indices(result.last_node, 1, 3)) == [20, 30], "across the two nodes"
+    assert list(cache.path_indices(result.last_node, 3)) == [40] and len(cache.path_indices(result.last_node, 5)) == 0
+    for start, stop in ((-1, None), (0, -2)):
+        with pytest.raises(ValueError, match="both >= 0"):
+            cache.path_indices(result.last_node, start, stop)
     cache.evict(100)
     with pytest.raises(ValueError, match="not .*in this cache"):
         cache.path_indices(result.last_node)
@@ -469,6 +474,8 @@ def test_values_of_every_kind(backend_name):
         result = cache.match_prefix([1, 2, 3])
         assert type(result.indices) is joined_type and list(result.indices) == [5, 6, 7]
         assert type(cache.match_prefix([4]).indices) is joined_type
+        part = cache.path_indices(result.last_node, 1, 3)  # across the split
+        assert type(part) is joined_type and list(part) == [6, 7]
         check_invariants(cache)
 
 
@@ -480,6 +487,8 @@ def test_torch_values_are_cloned_and_joined_with_torch_cat(backend_name):
     value[:] = -1  # the cache keeps its own copy
     result = cache.match_prefix([1, 2, 3, 4, 5])
     assert torch.equal(result.indices, torch.arange(10, 14))
+    cache.insert([1, 2, 3, 7], torch.arange(20, 24))  # splits the path at unit 2
+    assert torch.equal(cache.path_indices(result.last_node, 1, 3), torch.tensor([11, 12]))
     assert cache.match_prefix([9]).indices.dtype == torch.int64
     with pytest.raises(TypeError):
         cache.insert([1, 2], torch.tensor([1.0, 2.0]))
@@ -603,14 +612,21 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, as_value=None) -> 
             assert self.path_units(result.last_node) == self.aligned_units(tokens), "the key ends at last_node"
             assert self.cache.match_prefix(RadixKey(tokens, extra_key)).prefix_len == self.aligned_units(tokens)
 
-        @rule(tokens=segment_keys, extra_key=namespaces, indices=st.booleans())
-        def match(self, tokens, extra_key, indices):
+        @rule(
+            tokens=segment_keys,
+            extra_key=namespaces,
+            indices=st.booleans(),
+            start=st.integers(0, 9),
+            stop=st.none() | st.integers(0, 10),
+        )
+        def match(self, tokens, extra_key, indices, start, stop):
             result = self.cache.match_prefix(RadixKey(tokens, extra_key), indices=indices)
             assert 0 <= result.prefix_len <= self.aligned_units(tokens) and result.prefix_len % page_size == 0
             expected = list(value_items(tokens, extra_key, is_eagle))[: result.prefix_len]
             assert list(result.indices) == expected if indices else result.indices is None
             assert self.path_units(result.last_node) == result.prefix_len
             assert list(self.cache.path_indices(result.last_node)) == expected
+            assert list(self.cache.path_indices(result.last_node, start, stop)) == expected[start:stop]
 
         def path_units(self, node):
             units = 0

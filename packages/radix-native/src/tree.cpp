@@ -579,9 +579,13 @@ class Tree {
         reprioritize(id);
     }
 
-    py::object path_values(uint32_t id, uint32_t generation) {
+    // Items [start, stop) of the values on the path from the root down to the node (stop < 0: to
+    // its end; a range past it is cut to it).
+    py::object path_values(uint32_t id, uint32_t generation, int64_t start, int64_t stop) {
+        if (start < 0) throw py::value_error("start must be >= 0, not " + std::to_string(start));
         path_to_root(id, generation, up_);
-        return joined_values(up_.rbegin(), up_.rend());
+        size_t to = stop < 0 ? SIZE_MAX : static_cast<size_t>(stop);
+        return joined_values(up_.rbegin(), up_.rend(), static_cast<size_t>(start), to);
     }
 
     bool is_alive(uint32_t id, uint32_t generation) const {
@@ -625,18 +629,27 @@ class Tree {
     uint32_t root_generation() const { return nodes_[kRoot].generation; }
 
   private:
-    // The values of the nodes in [first, last), joined into one new bytearray (one copy).
+    // Items [from, to) of the values of the nodes in [first, last) in order, joined into one new
+    // bytearray (one copy; the range cut to what the nodes hold).
     template <typename It>
-    py::object joined_values(It first, It last) const {
+    py::object joined_values(It first, It last, size_t from = 0, size_t to = SIZE_MAX) const {
         size_t total = 0;
         for (It it = first; it != last; ++it) total += nodes_[*it].values.size();
-        PyObject* out = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total * sizeof(int64_t)));
+        to = std::min(to, total);
+        from = std::min(from, to);
+        PyObject* out = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>((to - from) * sizeof(int64_t)));
         if (out == nullptr) throw py::error_already_set();
         char* at = PyByteArray_AS_STRING(out);
-        for (It it = first; it != last; ++it) {
+        size_t position = 0;  // the path's items before the node
+        for (It it = first; it != last && position < to; ++it) {
             const Span& values = nodes_[*it].values;
-            if (values.size() != 0) std::memcpy(at, values.data(), values.size() * sizeof(int64_t));
-            at += values.size() * sizeof(int64_t);
+            size_t begin = std::max(position, from);
+            size_t end = std::min(position + values.size(), to);
+            if (begin < end) {
+                std::memcpy(at, values.data() + (begin - position), (end - begin) * sizeof(int64_t));
+                at += (end - begin) * sizeof(int64_t);
+            }
+            position += values.size();
         }
         return py::reinterpret_steal<py::object>(out);
     }
@@ -1111,7 +1124,8 @@ PYBIND11_MODULE(_tree, m) {
         .def("move_lock", &Tree::move_lock, py::arg("old"), py::arg("old_generation"), py::arg("new"),
              py::arg("new_generation"))
         .def("touch", &Tree::touch, py::arg("node"), py::arg("generation"), py::arg("now"))
-        .def("path_values", &Tree::path_values, py::arg("node"), py::arg("generation"))
+        .def("path_values", &Tree::path_values, py::arg("node"), py::arg("generation"), py::arg("start") = 0,
+             py::arg("stop") = -1)
         .def("is_alive", &Tree::is_alive, py::arg("node"), py::arg("generation"))
         .def("node_state", &Tree::node_state, py::arg("node"), py::arg("generation"))
         .def("evictable_size", &Tree::evictable_size)

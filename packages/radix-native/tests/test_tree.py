@@ -208,12 +208,12 @@ class TreeAgainstPython(RuleBasedStateMachine):
         assert sum(entry[1] for entry in taken) == evicted
 
     @precondition(lambda self: self.nodes)
-    @rule(pick=st.integers(0, 1 << 16))
-    def path_values(self, pick: int) -> None:
+    @rule(pick=st.integers(0, 1 << 16), start=st.integers(0, 12), stop=st.none() | st.integers(0, 14))
+    def path_values(self, pick: int, start: int, stop: int | None) -> None:
         python_node, node, generation = self.nodes[pick % len(self.nodes)]
         self.both(
-            lambda: list(self.python.path_indices(python_node)),
-            lambda: native_bytes(self.native.path_values(node, generation)),
+            lambda: list(self.python.path_indices(python_node))[start:stop],
+            lambda: native_bytes(self.native.path_values(node, generation, start, -1 if stop is None else stop)),
         )
 
     def both(self, python_call, native_call):

@@ -145,6 +145,12 @@ class MatchResult:
         return f"MatchResult(prefix_len={self.prefix_len}, last_node={self.last_node!r})"
 
 
+def check_path_range(start: int, stop: int | None) -> None:
+    """A range of a path's units: start >= 0, stop None (to its end) or >= 0."""
+    if start < 0 or (stop is not None and stop < 0):
+        raise ValueError(f"a path's units are [start, stop) with both >= 0, not [{start}, {stop})")
+
+
 def no_indices(parts: list[Any]) -> None:
     """The join of a match asked for no indices."""
     return None
@@ -427,12 +433,27 @@ class RadixCache:
             ancestor.last_access_time = access_time
         self._reprioritize(node)
 
-    def path_indices(self, node: TreeNode) -> Any:
+    def path_indices(self, node: TreeNode, start: int = 0, stop: int | None = None) -> Any:
         """The values on the path from the root down to ``node``, joined: the ``indices`` of a
-        match that ended there. ValueError if ``node`` is not (or no longer) in this cache."""
+        match that ended there; only units [start, stop) of it if given (SGLang's checkpoint
+        rewrites only part of its row), cut to the path. ValueError if ``node`` is not (or no
+        longer) in this cache."""
+        check_path_range(start, stop)
         path = self._path_to_root(node)
         path.reverse()
-        return self._join([ancestor.value for ancestor in path])
+        if not start and stop is None:
+            return self._join([ancestor.value for ancestor in path])
+        parts, position = [], 0
+        for ancestor in path:
+            if stop is not None and position >= stop:
+                break
+            end = position + len(ancestor.key)
+            if end > start:
+                value = ancestor.value
+                first, last = max(start - position, 0), None if stop is None or stop >= end else stop - position
+                parts.append(value if first == 0 and last is None else value[first:last])
+            position = end
+        return self._join(parts)
 
     def evictable_size(self) -> int:
         """Cached units that eviction may take (not locked)."""

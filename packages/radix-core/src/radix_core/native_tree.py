@@ -36,7 +36,16 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import IO, Any, cast
 
 from . import _backend
-from .cache import InsertResult, KeyLike, MatchResult, RadixCache, TreeNode, adds_no_state, no_indices
+from .cache import (
+    InsertResult,
+    KeyLike,
+    MatchResult,
+    RadixCache,
+    TreeNode,
+    adds_no_state,
+    check_path_range,
+    no_indices,
+)
 from .device_values import DeviceArena
 from .key import RadixKey
 from .values import ValueKind
@@ -364,11 +373,12 @@ class NativeRadixCache(RadixCache):
             return self._python.touch(self._resolved(node))
         self._tree.touch(*self._ids(node), time.monotonic())
 
-    def path_indices(self, node: TreeNode) -> Any:
-        """:meth:`RadixCache.path_indices`."""
+    def path_indices(self, node: TreeNode, start: int = 0, stop: int | None = None) -> Any:
+        """:meth:`RadixCache.path_indices`: the tree copies only the range asked for."""
         if self._python is not None:
-            return self._python.path_indices(self._resolved(node))
-        return self._join_int64([self._tree.path_values(*self._ids(node))])
+            return self._python.path_indices(self._resolved(node), start, stop)
+        check_path_range(start, stop)
+        return self._join_int64([self._tree.path_values(*self._ids(node), start, -1 if stop is None else stop)])
 
     def evictable_size(self) -> int:
         return self._python.evictable_size() if self._python is not None else self._tree.evictable_size()

@@ -161,8 +161,8 @@ class RadixCoreCache(RadixCache):
             if start < stop:  # an empty free does nothing, after a few microseconds of calls
                 self.token_to_kv_pool_allocator.free_segment(row[start:stop], start_pos=start)
         if matched > protected:
-            tree_indices = self.tree.path_indices(node)
-            self.req_to_token_pool.write((kv.req_pool_idx, slice(protected, matched)), tree_indices[protected:matched])
+            tree_indices = self.tree.path_indices(node, protected, matched)
+            self.req_to_token_pool.write((kv.req_pool_idx, slice(protected, matched)), tree_indices)
         kv.cache_protected_len = key_len
         req.lock = self._move_lock(req.lock, node)
         req.last_node = node
