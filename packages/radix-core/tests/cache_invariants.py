@@ -6,7 +6,7 @@ from radix_core import RadixCache, TieredNode, TieredRadixCache, TreeNode
 
 
 def check_invariants(cache: RadixCache) -> None:
-    cache = getattr(cache, "_python", None) or cache  # a native cache that moved to a Python tree
+    cache = getattr(cache, "_store", cache)  # the store of a RadixCache (a TieredRadixCache is its own)
     root = cache.root_node
     assert root.parent is None and root.lock_ref == 1 and len(root.key) == 0
     evictable = protected = nodes = 0

@@ -459,7 +459,7 @@ def test_repeated_touches_do_not_grow_the_eviction_heap_without_bound(backend_na
         cache.insert([first, 1, 2])
     for _ in range(5000):
         cache.match_prefix([3, 1, 2])
-    heap_size = len(cache._heap) if cache.tree_kind == "python" else cache._tree.heap_size()
+    heap_size = len(cache._store._heap) if cache.tree_kind == "python" else cache._store._tree.heap_size()
     assert heap_size <= 4 * cache.node_count() + 65
     check_invariants(cache)
 
@@ -579,7 +579,7 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, as_value=None) -> 
         def page_labels(self, node):
             """One label per page of ``node``: its namespace and every unit from the root to the page's end."""
             units = []
-            for ancestor in reversed(self.cache._path_to_root(node)):
+            for ancestor in reversed(self.cache._store._path_to_root(node)):
                 units.extend(ancestor.key)
             first = len(units) - len(node.key)
             return tuple(
@@ -661,7 +661,7 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, as_value=None) -> 
         def evict(self, num_tokens):
             before = self.cache.evictable_size()
             leaves = [n for n in self._nodes() if n.lock_ref == 0 and not n.children]
-            expected_first = min(leaves, key=self.cache._eviction_priority, default=None)
+            expected_first = min(leaves, key=self.cache._store._eviction_priority, default=None)
             expected_values = None if expected_first is None else list(expected_first.value)
             self.freed.clear()
             evicted = self.cache.evict(num_tokens)

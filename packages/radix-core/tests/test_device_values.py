@@ -108,7 +108,7 @@ def test_random_operation_sequences_on_the_device_path(native_tree, page_size, i
     class DeviceMachine(base):  # type: ignore[misc, valid-type]
         @invariant()
         def the_arena_holds_the_cached_units_only(self):
-            arena = self.cache._arena
+            arena = self.cache._store._arena
             assert self.cache.tree_kind == "native"
             assert (0 if arena is None else arena.used) == self.cache.total_size()
             assert arena is None or len(arena._largest) <= 2 * len(arena._run_at) + 64, "stale entries are dropped"
@@ -138,7 +138,7 @@ def test_a_value_the_arena_cannot_hold_moves_the_cache_to_python_with_its_indice
         cache.insert([1, 2, 5], torch.tensor([10, 11, 2**63], dtype=torch.uint64))
     assert cache.tree_kind == "python" and "cannot hold" in caplog.text
     assert cache.match_prefix([1, 2, 3, 4]).indices.tolist() == [10, 11, 12, 13]
-    assert cache.match_prefix(RadixKey([1, 2])).last_node is cache._resolved(held)
+    assert cache.match_prefix(RadixKey([1, 2])).last_node is cache._store._own(held)
     check_invariants(cache)
 
 
@@ -154,6 +154,6 @@ def test_a_cache_of_device_tensors_takes_the_tree_radix_core_device_tree_names(
     found = cache.match_prefix([1, 2, 3, 4]).indices
     assert found.device.type == "meta" and found.shape == (3,)
     if expected == "native":
-        assert cache._arena.used == 3
+        assert cache._store._arena.used == 3
         cache.insert([1, 2, 3], torch.arange(3))  # a CPU tensor: not the arena's device
         assert cache.tree_kind == "python" and cache.match_prefix([1, 2, 3]).indices.device.type == "meta"

@@ -144,7 +144,7 @@ def test_a_failing_native_tree_moves_to_python_once_and_keeps_serving(native_tre
     held = cache.insert([1, 2, 3]).last_node
     cache.inc_lock_ref(held)
 
-    monkeypatch.setattr(cache, "_tree", _MatchRaises(cache._tree))
+    monkeypatch.setattr(cache._store, "_tree", _MatchRaises(cache._store._tree))
     with caplog.at_level(logging.WARNING, logger="radix_core"):
         result = cache.match_prefix([1, 2, 3, 4])
     assert result.prefix_len == 3 and list(result.indices) == [1, 2, 3]
@@ -173,9 +173,11 @@ def test_namespaces_are_forgotten_with_their_last_node(native_tree):
         cache.insert(RadixKey([1, 2, 3], extra_key=f"salt-{salt}"))
         assert cache.match_prefix(RadixKey([1, 2], extra_key=f"other-{salt}")).prefix_len == 0
     cache.insert([1, 2])
-    assert len(cache._namespaces) == 51
+    assert len(cache._store._namespaces) == 51
     cache.evict(150)
-    assert cache._namespaces == {None: 0} and cache.match_prefix(RadixKey([1], extra_key="salt-3")).prefix_len == 0
+    assert (
+        cache._store._namespaces == {None: 0} and cache.match_prefix(RadixKey([1], extra_key="salt-3")).prefix_len == 0
+    )
     assert cache.insert(RadixKey([1, 2, 3], extra_key="salt-3")).prefix_len == 0
 
 

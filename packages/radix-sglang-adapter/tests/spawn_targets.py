@@ -51,4 +51,8 @@ def build_tree_cache_in_sglang_child(backend_name: str) -> dict:
             cache = create_tree_cache(context)
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}", "log": records}
-    return {"cache": type(cache).__name__, "tree": type(getattr(cache, "tree", None)).__module__, "log": records}
+    return {
+        "cache": type(cache).__name__,
+        "tree": getattr(getattr(cache, "tree", None), "tree_kind", None),
+        "log": records,
+    }

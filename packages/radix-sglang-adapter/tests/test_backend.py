@@ -50,7 +50,7 @@ def test_sglang_builds_the_backend_in_a_spawned_child_through_its_plugin(monkeyp
     child = in_spawned_child(monkeypatch, adapter.BACKEND_NAME)
     assert child.get("cache") == "RadixCoreCache", child
     native_tree = radix_core._backend.native_tree_module() is not None  # the child loads the same
-    assert child["tree"] == ("radix_core.native_tree" if native_tree else "radix_core.cache")
+    assert child["tree"] == ("native" if native_tree else "python")
     assert any("source=registered('radix') impl=RadixCoreCache" in line for line in child["log"]), child["log"]
     assert any("prefix cache runs on radix-core" in line for line in child["log"])
 

@@ -147,7 +147,8 @@ def test_request_streams_give_the_same_answers(backend_name, ticking_clock, page
 def on_the_device_path(server: sh.Server, events: list) -> None:
     """The backend's tree is radix-native's, its KV indices in a device arena once it has any."""
     tree = server.cache.tree
-    assert tree.tree_kind == "native" and (tree._arena is not None or tree._value_kind is None)
+    store = tree._store
+    assert tree.tree_kind == "native" and (store._arena is not None or store._value_kind is None)
 
 
 @pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])

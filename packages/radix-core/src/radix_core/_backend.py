@@ -127,7 +127,7 @@ def _self_test(kernels: ModuleType) -> None:
     shared = kernels.common_prefix_length(array("q", [5, 1, 2, 3]), 1, array("q", [1, 2, 4]), 0, 3)
     if shared != 2:
         raise RuntimeError(f"common_prefix_length self-test gave {shared!r}")
-    # A two-edge tree of stand-ins with the slots descend reads (radix_core.cache imports this module).
+    # A two-edge tree of stand-ins with the slots descend reads (radix_core.python_tree imports this module).
     node_type = type("Node", (), {"__slots__": ("children", "key")})
     key_type = type("Key", (), {"__slots__": ("_tokens", "_start", "_stop", "extra_key", "is_bigram")})
 

@@ -1,4 +1,4 @@
-"""RadixCache on radix-native's tree: no Python object per node (issue 19).
+"""The native store of a RadixCache: radix-native's tree, no Python object per node.
 
 A filled Python tree is about three gc-tracked objects a node, which every full collection in a
 serving process walks. Here radix-native's ``Tree`` holds nodes, locks and the eviction heap in
@@ -18,8 +18,9 @@ The native tree holds int64 values (int32/int64 torch tensors on the CPU, int64 
 themselves (``device_values``); a cache whose first value is of another kind (lists, device
 tensors otherwise) becomes the Python tree while still empty. A later value the native tree cannot
 hold losslessly, or a native failure (logged once; the process then makes no new native trees),
-moves the cache to the Python tree, rebuilt from the native one: handles given out before resolve
-to the rebuilt nodes, and nothing cached is lost.
+makes the store give up (:class:`TreeUnusable`); the cache then swaps it for a Python store rebuilt
+from the native one (:class:`RebuiltTree`): handles given out before resolve to the rebuilt nodes,
+and nothing cached is lost.
 """
 
 from __future__ import annotations
@@ -33,24 +34,15 @@ import time
 import weakref
 from array import array
 from collections.abc import Callable, Hashable, Iterator
-from typing import IO, Any, cast
+from typing import Any, cast
 
 from . import _backend
-from .cache import (
-    InsertResult,
-    KeyLike,
-    MatchResult,
-    RadixCache,
-    TreeNode,
-    adds_no_state,
-    check_path_range,
-    no_indices,
-)
 from .device_values import DeviceArena
 from .key import RadixKey
+from .python_tree import InsertResult, KeyLike, MatchResult, PythonTree, TreeNode, check_path_range, no_indices
 from .values import ValueKind
 
-__all__ = ["NativeNode", "NativeRadixCache"]
+__all__ = ["NativeNode", "NativeTree", "RebuiltTree", "TreeUnusable"]
 
 logger = logging.getLogger("radix_core")
 
@@ -78,6 +70,17 @@ def device_path() -> Iterator[None]:
         _arena_for_cpu_tensors, _backend.device_tree = saved
 
 
+class TreeUnusable(Exception):
+    """A native store cannot go on serving its cache: a native failure (``failure``), or a value
+    it cannot hold losslessly (said at debug level where the cache is still empty: ``quietly``).
+    Raised before the call changed anything the Python store would not redo."""
+
+    def __init__(self, reason: str, *, failure: bool = False, quietly: bool = False):
+        super().__init__(reason)
+        self.failure = failure
+        self.quietly = quietly
+
+
 def _first(parts: list[Any]) -> Any:
     """A match's indices, already joined."""
     return parts[0]
@@ -102,17 +105,17 @@ class NativeNode(TreeNode):
 
     __slots__ = ("_cache", "_generation", "_epoch", "__weakref__")
 
-    def __init__(self, cache: NativeRadixCache, node_id: int, generation: int):  # noqa: D107 (no TreeNode init)
-        self._cache = cache._self_ref
+    def __init__(self, cache: weakref.ref, node_id: int, generation: int, epoch: int):  # noqa: D107 (no TreeNode init)
+        self._cache = cache
         self.id = node_id
         self._generation = generation
-        self._epoch = cache._epoch
+        self._epoch = epoch
 
     def _read(self, field: str) -> Any:
         cache = self._cache()
         if cache is None:
             raise ValueError(f"{self!r} is not (or no longer) in a cache")
-        return cache._node_field(self, field)
+        return cache._store._node_field(self, field)
 
     parent = property(lambda self: self._read("parent"))  # type: ignore[assignment]
     children = property(lambda self: self._read("children"))  # type: ignore[assignment]
@@ -134,7 +137,7 @@ class NativeNode(TreeNode):
         cache = self._cache()
         if cache is None:
             raise ValueError(f"{self!r} is not (or no longer) in a cache")
-        cache._set_page_hashes(self, hashes)
+        cache._store._set_page_hashes(self, hashes)
 
     def __repr__(self) -> str:
         return f"NativeNode(id={self.id}, generation={self._generation})"
@@ -149,12 +152,16 @@ def _handle_class(node_class: type[TreeNode]) -> type[NativeNode]:
     return type(f"Native{node_class.__name__}", (NativeNode, node_class), {"__slots__": ()})
 
 
-class NativeRadixCache(RadixCache):
-    """:class:`RadixCache` whose tree is radix-native's (``RadixCache(...)`` makes one when it
-    can; see its ``tree`` argument). Same API and answers; nodes are :class:`NativeNode` handles."""
+class NativeTree(PythonTree):
+    """The store of a :class:`~radix_core.RadixCache` on radix-native's tree: the same answers as
+    the Python store; nodes are :class:`NativeNode` handles that hold ``cache`` (a weak reference
+    to the cache they belong to, which reads them through this store)."""
+
+    tree_kind = "native"
 
     def __init__(
         self,
+        cache: weakref.ref,
         page_size: int = 1,
         is_eagle: bool = False,
         eviction_policy: str = "lru",
@@ -162,16 +169,10 @@ class NativeRadixCache(RadixCache):
         on_store: Callable[[TreeNode], None] | None = None,
         on_remove: Callable[[TreeNode], None] | None = None,
         node_class: type[TreeNode] = TreeNode,
-        *,
-        tree: str | None = None,
     ):
-        if _backend.native_tree_module() is None or not adds_no_state(node_class):
-            raise ValueError("a NativeRadixCache needs radix-native's tree and stateless nodes; use RadixCache")
         self._handle_class = _handle_class(node_class)  # type: ignore[arg-type]
         self._epoch = 0
-        self._self_ref = weakref.ref(self)  # what handles hold
-        self._python: RadixCache | None = None  # the Python tree this cache moved to, if it did
-        self._python_nodes: dict[tuple[int, int, int], TreeNode] = {}  # (epoch, id, generation) -> rebuilt
+        self._self_ref = cache  # what handles hold
         # (id, generation) -> a weak reference to the node's one handle; entries of handles gone
         # are dropped in batches (_handle): a callback per handle would cost more than its handle
         self._handles: dict[tuple[int, int], weakref.ref] = {}
@@ -185,16 +186,13 @@ class NativeRadixCache(RadixCache):
         self._namespaces: dict[Hashable, int] = {None: 0}
         self._namespace_keys: dict[int, Hashable] = {0: None}
         self._namespace_numbers = itertools.count(1)
-        self._tree: Any = None  # made by reset(), once RadixCache checked the arguments
+        self._tree: Any = None  # made by reset(), once PythonTree checked the arguments
         super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class)
 
     # ----- public API -------------------------------------------------------------------------
 
     def reset(self) -> None:
         """Drop every cached entry (``on_evict`` is not called)."""
-        if self._python is not None:
-            self._python.reset()
-            return
         if self._tree is None:
             self._tree = _backend.native_tree_module().Tree(self.page_size, self.is_eagle, self.eviction_policy)  # type: ignore[union-attr]
         self._tree.reset()
@@ -209,8 +207,6 @@ class NativeRadixCache(RadixCache):
 
     def match_prefix(self, key: KeyLike, *, indices: bool = True) -> MatchResult:
         """:meth:`RadixCache.match_prefix`; without ``indices`` the tree copies no values out."""
-        if self._python is not None:
-            return self._python.match_prefix(key, indices=indices)
         key = self._as_cache_key(key).page_aligned(self.page_size)
         namespace = self._namespaces.get(key.extra_key, -1)  # -1: a namespace with no node
         try:
@@ -220,8 +216,7 @@ class NativeRadixCache(RadixCache):
         except _CALLER_ERRORS:
             raise
         except Exception as exc:
-            self._move_to_python(f"match raised {type(exc).__name__}: {exc}", failure=True)
-            return self.match_prefix(key, indices=indices)
+            raise TreeUnusable(f"match raised {type(exc).__name__}: {exc}", failure=True) from exc
         finally:
             if self._page_hashes:
                 self._cut_page_hashes()
@@ -249,21 +244,6 @@ class NativeRadixCache(RadixCache):
         the key's token ids where ``value`` is None: sliced for the tree, kept. The prefix
         ``prefix_priority`` inserts again is in the same call of the tree."""
 
-        def on_python() -> InsertResult:  # this call, on the Python tree the cache moved to
-            return self._python.insert(  # type: ignore[union-attr]
-                key,
-                value,
-                priority,
-                inserted_len=inserted_len,
-                value_offset=value_offset,
-                known_path=None if known_path is None else self._resolved(known_path),
-                copy=copy,
-                split_at=split_at,
-                prefix_priority=prefix_priority,
-            )
-
-        if self._python is not None:
-            return on_python()
         empty_before = self._value_kind is None
         cache_key, checked, kind = self._checked_insert(key, value, value_offset, split_at, prefix_priority)
         known = (_NO_NODE, 0) if known_path is None else self._ids(known_path)
@@ -274,8 +254,7 @@ class NativeRadixCache(RadixCache):
         else:
             values = self._tree_values(kind, checked)
         if values is None:  # the first value: nothing to rebuild, and nothing to say
-            self._move_to_python(f"{kind.name} values it cannot hold as int64", quietly=empty_before)
-            return on_python()
+            raise TreeUnusable(f"{kind.name} values it cannot hold as int64", quietly=empty_before)
         try:
             position, node_id, generation = self._tree.insert(
                 cache_key._tokens,
@@ -299,8 +278,7 @@ class NativeRadixCache(RadixCache):
                 self._arena.commit(checked, reserved[1], 0, 0)  # type: ignore[union-attr]
             if isinstance(exc, _CALLER_ERRORS):
                 raise
-            self._move_to_python(f"insert raised {type(exc).__name__}: {exc}", failure=True)
-            return on_python()
+            raise TreeUnusable(f"insert raised {type(exc).__name__}: {exc}", failure=True) from exc
         finally:
             self._held_tensor = None
             if self._page_hashes:
@@ -318,8 +296,6 @@ class NativeRadixCache(RadixCache):
     def evict(self, num_tokens: int) -> int:
         """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
         are gone or nothing evictable is left; returns the number evicted (whole leaves)."""
-        if self._python is not None:
-            return self._python.evict(num_tokens)
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
         try:
@@ -327,8 +303,7 @@ class NativeRadixCache(RadixCache):
         except _CALLER_ERRORS:
             raise
         except Exception as exc:
-            self._move_to_python(f"evict raised {type(exc).__name__}: {exc}", failure=True)
-            return self.evict(num_tokens)
+            raise TreeUnusable(f"evict raised {type(exc).__name__}: {exc}", failure=True) from exc
         if not taken:
             return evicted
         on_evict, on_remove, page_hashes, arena = self.on_evict, self.on_remove, self._page_hashes, self._arena
@@ -351,57 +326,37 @@ class NativeRadixCache(RadixCache):
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
-        if self._python is not None:
-            return self._python.inc_lock_ref(self._resolved(node))
         return self._tree.inc_lock_ref(*self._ids(node))
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Release one lock taken by :meth:`inc_lock_ref`; returns the change of evictable size."""
-        if self._python is not None:
-            return self._python.dec_lock_ref(self._resolved(node))
         return self._tree.dec_lock_ref(*self._ids(node))
 
     def move_lock(self, old: TreeNode, new: TreeNode) -> int:
         """:meth:`RadixCache.move_lock`."""
-        if self._python is not None:
-            return self._python.move_lock(self._resolved(old), self._resolved(new))
         return self._tree.move_lock(*self._ids(old), *self._ids(new))
 
     def touch(self, node: TreeNode) -> None:
         """:meth:`RadixCache.touch`."""
-        if self._python is not None:
-            return self._python.touch(self._resolved(node))
         self._tree.touch(*self._ids(node), time.monotonic())
 
     def path_indices(self, node: TreeNode, start: int = 0, stop: int | None = None) -> Any:
         """:meth:`RadixCache.path_indices`: the tree copies only the range asked for."""
-        if self._python is not None:
-            return self._python.path_indices(self._resolved(node), start, stop)
         check_path_range(start, stop)
         return self._join_int64([self._tree.path_values(*self._ids(node), start, -1 if stop is None else stop)])
 
     def evictable_size(self) -> int:
-        return self._python.evictable_size() if self._python is not None else self._tree.evictable_size()
+        return self._tree.evictable_size()
 
     def protected_size(self) -> int:
-        return self._python.protected_size() if self._python is not None else self._tree.protected_size()
+        return self._tree.protected_size()
 
     def total_size(self) -> int:
         """All cached units: ``evictable_size() + protected_size()`` (the tree keeps both)."""
         return self.evictable_size() + self.protected_size()
 
     def node_count(self) -> int:
-        return self._python.node_count() if self._python is not None else self._tree.node_count()
-
-    def pretty_print(self, file: IO[str] | None = None) -> None:
-        if self._python is not None:
-            return self._python.pretty_print(file)
-        super().pretty_print(file)
-
-    @property
-    def tree_kind(self) -> str:
-        """``"native"`` while radix-native's tree holds this cache, ``"python"`` once it moved."""
-        return "python" if self._python is not None else "native"
+        return self._tree.node_count()
 
     # ----- handles ----------------------------------------------------------------------------
 
@@ -412,7 +367,7 @@ class NativeRadixCache(RadixCache):
         ref = handles.get(key)
         handle = None if ref is None else ref()
         if handle is None:
-            handle = self._handle_class(self, node_id, generation)
+            handle = self._handle_class(self._self_ref, node_id, generation, self._epoch)
             handles[key] = weakref.ref(handle)
             if len(handles) > 2 * self._live_handles + _HANDLE_SLACK:  # amortized O(1) a handle
                 self._handles = {key: ref for key, ref in handles.items() if ref() is not None}
@@ -425,19 +380,8 @@ class NativeRadixCache(RadixCache):
             raise ValueError(f"{node!r} is not (or no longer) in this cache")
         return node.id, node._generation
 
-    def _resolved(self, node: TreeNode) -> TreeNode:
-        """What ``node`` is in the Python tree this cache moved to (a handle: its rebuilt node)."""
-        if isinstance(node, NativeNode) and node._cache is self._self_ref:
-            found = self._python_nodes.get((node._epoch, node.id, node._generation))
-            if found is None:
-                raise ValueError(f"{node!r} is not (or no longer) in this cache")
-            return found
-        return node
-
     def _node_field(self, node: NativeNode, field: str) -> Any:
         """A node's attribute, as TreeNode holds it, read from the tree."""
-        if self._python is not None:
-            return getattr(self._resolved(node), "_heap_stamp" if field == "heap_stamp" else field)
         if field == "page_hashes":
             self._ids(node)
             return self._page_hashes.get(node.id)
@@ -458,9 +402,6 @@ class NativeRadixCache(RadixCache):
         return state[field]
 
     def _set_page_hashes(self, node: NativeNode, hashes: Any) -> None:
-        if self._python is not None:
-            self._resolved(node).page_hashes = hashes
-            return
         node_id, _ = self._ids(node)
         if hashes is None:
             self._page_hashes.pop(node_id, None)
@@ -598,20 +539,13 @@ class NativeRadixCache(RadixCache):
         """A match's values: the one int64 buffer the tree answered, as this cache's kind."""
         return self._from_int64(parts[0]) if parts else self._join([])
 
-    # ----- moving to the Python tree ----------------------------------------------------------
+    # ----- giving way to the Python store -----------------------------------------------------
 
-    def _move_to_python(self, reason: str, *, failure: bool = False, quietly: bool = False) -> None:
-        """Serve this cache from a Python tree from now on, rebuilt from the native one (handles
-        resolve to its nodes). A native failure is also the process's: radix_core stops using
-        radix-native (logged once there)."""
-        if failure:  # logged there, once for the process
-            _backend._native_failed("tree", reason)
-            logger.warning("RadixCache moves its tree to Python after a native failure; nothing cached is lost")
-        elif quietly:
-            logger.debug("RadixCache keeps its nodes in Python: %s", reason)
-        else:
-            logger.warning("RadixCache moves its tree to Python: %s", reason)
-        python = RadixCache(
+    def rebuilt(self) -> RebuiltTree:
+        """A Python store holding what this one holds (nodes, their state, the eviction order),
+        to serve the cache from now on; handles given out resolve to its nodes. An unreadable
+        tree gives an empty one (logged): SGLang recomputes what it held."""
+        python = RebuiltTree(
             self.page_size,
             self.is_eagle,
             self.eviction_policy,
@@ -619,30 +553,25 @@ class NativeRadixCache(RadixCache):
             self.on_store,
             self.on_remove,
             self.node_class,
-            tree="python",
         )
         python._value_kind, python._empty_value = self._value_kind, self._empty_value
+        root = cast(NativeNode, self.root_node)
         try:
             self._rebuild_into(python)
-        except Exception as exc:  # an unreadable tree: SGLang recomputes what it held
+        except Exception as exc:
             logger.warning(
                 "the native tree could not be read (%s: %s); its entries are dropped", type(exc).__name__, exc
             )
             python.reset()
-            root = cast(NativeNode, self.root_node)
-            self._python_nodes = {(self._epoch, 0, root._generation): python.root_node}
-        self._python = python
-        self.root_node = python.root_node
-        self._handles, self._live_handles = {}, 0
-        self._page_hashes = {}
-        self._tree = None
-        self._arena = None  # the rebuilt nodes hold their indices as device tensors
+            python.handles = {(self._epoch, 0, root._generation): python.root_node}
+        python.cache = self._self_ref
+        return python
 
-    def _rebuild_into(self, python: RadixCache) -> None:
+    def _rebuild_into(self, python: RebuiltTree) -> None:
         """Copy every node, with its state, and the eviction order into ``python``."""
         tree, epoch = self._tree, self._epoch
         root_generation = tree.root_generation()
-        nodes = self._python_nodes = {(epoch, 0, root_generation): python.root_node}
+        nodes = python.handles = {(epoch, 0, root_generation): python.root_node}
         # Only nodes with a handle given out before the move are looked up by it: an entry for any
         # other would keep that node (its key, its value) alive after the Python tree evicts it.
         handed_out = {key for key, ref in self._handles.items() if ref() is not None}
@@ -674,11 +603,35 @@ class NativeRadixCache(RadixCache):
             python._reprioritize(leaf)
 
     def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
-        if self._python is not None:
-            return self._python._path_to_root(self._resolved(node))
         self._ids(node)
         path = []
         while node is not self.root_node:
             path.append(node)
             node = node.parent  # type: ignore[assignment]
         return path
+
+
+class RebuiltTree(PythonTree):
+    """The Python store a cache moves to from a native one (:meth:`NativeTree.rebuilt`): handles
+    the native store gave out still name their nodes, here the rebuilt ones."""
+
+    cache: weakref.ref | None = None  # the cache whose handles resolve here
+    handles: dict[tuple[int, int, int], TreeNode]  # (epoch, id, generation) -> the rebuilt node
+
+    def _own(self, node: TreeNode) -> TreeNode:
+        """What ``node`` is in this store (a handle: its rebuilt node)."""
+        if isinstance(node, NativeNode) and node._cache is self.cache:
+            found = self.handles.get((node._epoch, node.id, node._generation))
+            if found is None:
+                raise ValueError(f"{node!r} is not (or no longer) in this cache")
+            return found
+        return node
+
+    def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        return super()._path_to_root(self._own(node))
+
+    def _node_field(self, node: NativeNode, field: str) -> Any:
+        return getattr(self._own(node), "_heap_stamp" if field == "heap_stamp" else field)
+
+    def _set_page_hashes(self, node: NativeNode, hashes: Any) -> None:
+        self._own(node).page_hashes = hashes

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
-from .cache import KeyLike, MatchResult, RadixCache, TreeNode, descend, no_indices
 from .key import RadixKey
+from .python_tree import KeyLike, MatchResult, PythonTree, TreeNode, descend, no_indices
 from .values import value_kind_of
 
 __all__ = [
@@ -106,7 +106,7 @@ class HostInsertResult(NamedTuple):
     refilled: list[TieredNode]
 
 
-class TieredRadixCache(RadixCache):
+class TieredRadixCache(PythonTree):
     """A :class:`~radix_core.RadixCache` whose nodes may also (or only) live in a host tier.
 
     ``write_policy``: one of :data:`WRITE_POLICIES`. ``back_up(node)``: under ``write_back``,

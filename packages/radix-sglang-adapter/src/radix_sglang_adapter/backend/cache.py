@@ -61,6 +61,8 @@ class RadixCoreCache(RadixCache):
     Single writer, as SGLang's scheduler: not thread-safe.
     """
 
+    tree: radix_core.RadixCache | radix_core.TieredRadixCache
+
     def __init__(self, params: CacheInitParams):
         refusal = params_refusal(params)
         if refusal is not None:
