@@ -1,9 +1,9 @@
 """radix-sglang-adapter: SGLang runs radix-core, in every SGLang process.
 
-Two rooms, one switchboard:
-- ``patching``: SGLang's ``convert_to_bigram_key`` (0.5.10-0.5.11) and, on request
+The adapter has two parts:
+- the patches (``patching``): SGLang's ``convert_to_bigram_key`` (0.5.10-0.5.11) and, on request
   (``RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH=1``), 0.5.12+'s ``RadixKey.match_at`` run radix-core's kernels.
-- ``backend``: SGLang 0.5.22+ can serve its whole prefix cache on radix-core's tree with
+- the backend (``backend``): SGLang 0.5.22+ can serve its whole prefix cache on radix-core's tree with
   ``--radix-cache-backend radix``.
 ``activate()`` / ``deactivate()`` / ``status()`` drive both; automatic activation (SGLang plugin,
 or the ``RADIX_SGLANG_ADAPTER=1`` startup hook) reaches SGLang's spawned scheduler too.

@@ -1,9 +1,9 @@
-"""activate() / deactivate() / status(): one state for the adapter's two rooms.
+"""activate() / deactivate() / status(): one state for both parts of the adapter.
 
-Room 1 (``patching``) replaces SGLang functions; room 2 (``backend``) registers the ``radix``
-radix-cache backend. Both obey the same release check and kill switch. Automatic activation runs
-each room once the SGLang module it needs has been imported (see ``_startup``); an explicit
-``activate()`` runs both.
+The adapter has two parts: the patches (``patching``) replace SGLang functions with radix-core's;
+the backend (``backend``) registers the ``radix`` radix-cache backend. Both obey the same release
+check and kill switch. Automatic activation runs each part once the SGLang module it needs has been
+imported (see ``_startup``); an explicit ``activate()`` runs both.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from .patching import PatchPoint
 logger = logging.getLogger("radix_sglang_adapter")
 
 State = Literal["inactive", "active", "disabled", "refused", "failed"]
-Room = Literal["patching", "backend"]
-ROOMS: tuple[Room, ...] = ("patching", "backend")
+# The adapter's two parts: the patches of SGLang functions and the registered ``radix`` backend.
+Part = Literal["patching", "backend"]
+PARTS: tuple[Part, ...] = ("patching", "backend")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,7 @@ def accelerate_match_requested() -> bool:
 
 
 def activate(
-    *, source: str = "activate()", accelerate_match: bool | None = None, rooms: tuple[Room, ...] = ROOMS
+    *, source: str = "activate()", accelerate_match: bool | None = None, parts: tuple[Part, ...] = PARTS
 ) -> AdapterStatus:
     """Patch SGLang and register the ``radix`` radix-cache backend (idempotent). Raises
     AdapterError for an untested SGLang release or a failure; with the kill switch set it
@@ -100,8 +101,8 @@ def activate(
 
     ``accelerate_match`` (default: RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH) also replaces
     ``RadixKey.match_at`` of SGLang 0.5.12+ with one whose comparison is radix-core's
-    ``common_prefix_length``. ``rooms`` limits what is done (automatic activation runs each room
-    once its SGLang module is imported). Activations accumulate: only ``deactivate()`` (or the
+    ``common_prefix_length``. ``parts`` limits which parts are run (automatic activation runs each
+    part once its SGLang module is imported). Activations accumulate: only ``deactivate()`` (or the
     kill switch) takes them back."""
     global _activated_by, _points
     with _lock:
@@ -123,9 +124,9 @@ def activate(
         try:
             import radix_core  # noqa: F401  (fail here, not on SGLang's first call)
 
-            if "patching" in rooms:
+            if "patching" in parts:
                 _points = tuple(patching.apply(version, accelerate_match))
-            if "backend" in rooms:
+            if "backend" in parts:
                 backend.register(release)
         except Exception as exc:
             failed = "cannot import what activation needs" if isinstance(exc, ImportError) else "activation failed"
@@ -161,9 +162,9 @@ def deactivate() -> AdapterStatus:
         return _set("inactive", "deactivate() restored SGLang's own functions and unregistered the backend")
 
 
-def activate_guarded(source: str, rooms: tuple[Room, ...] = ROOMS) -> None:
+def activate_guarded(source: str, parts: tuple[Part, ...] = PARTS) -> None:
     """Automatic activation: never raises into SGLang; a refusal or failure is logged."""
     try:
-        activate(source=source, rooms=rooms)
+        activate(source=source, parts=parts)
     except Exception as exc:
         logger.warning("radix-sglang-adapter not activated (%s): %s", source, exc)

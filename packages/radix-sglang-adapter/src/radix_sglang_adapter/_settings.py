@@ -1,4 +1,4 @@
-"""What both rooms of the adapter (patching, backend) read: its switches and SGLang's release.
+"""What both parts of the adapter (the patches and the backend) read: its switches and SGLang's release.
 
 Imported by the .pth startup hook, so it imports neither SGLang nor radix_core: a bad
 RADIX_CORE_BACKEND must not become a start-up traceback.

@@ -6,8 +6,8 @@ it. Two ways in, both of which only log on failure:
   of its processes: ``sglang_plugin`` below.
 - For 0.5.10, ``radix_sglang_adapter.pth`` runs ``startup_hook`` at every interpreter start when
   ``RADIX_SGLANG_ADAPTER`` is set.
-Either way each room of the adapter runs once the SGLang module it works on has been imported
-(right away if it already is): patching after ``mem_cache.utils`` (so modules that bind functions
+Either way each part of the adapter runs once the SGLang module it works on has been imported
+(right away if it already is): the patches after ``mem_cache.utils`` (so modules that bind functions
 by name bind the replacements), the backend after ``mem_cache.registry`` (before SGLang can build a
 tree cache). Nothing else is imported early, so no import cycle of SGLang's is disturbed.
 """
@@ -23,15 +23,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._activation import Room, activate_guarded
+from ._activation import Part, activate_guarded
 from ._settings import AUTO_ENV, boolean_env
 from .backend import REGISTRY_MODULE
 from .patching import UTILS_MODULE
 
 logger = logging.getLogger("radix_sglang_adapter")
 
-# The SGLang module each room works on.
-ROOM_MODULES: dict[Room, str] = {"patching": UTILS_MODULE, "backend": REGISTRY_MODULE}
+# The SGLang module each part of the adapter works on.
+PART_MODULES: dict[Part, str] = {"patching": UTILS_MODULE, "backend": REGISTRY_MODULE}
 
 
 class _RunAfterImport(importlib.abc.MetaPathFinder):
@@ -68,9 +68,9 @@ def run_after_import(module: str, then: Callable[[], None]) -> None:
 
 
 def activate_when_imported(source: str) -> None:
-    """Run each room of the adapter once its SGLang module is imported."""
-    for room, module in ROOM_MODULES.items():
-        run_after_import(module, functools.partial(activate_guarded, source, rooms=(room,)))
+    """Run each part of the adapter once its SGLang module is imported."""
+    for part, module in PART_MODULES.items():
+        run_after_import(module, functools.partial(activate_guarded, source, parts=(part,)))
 
 
 def startup_hook() -> None:

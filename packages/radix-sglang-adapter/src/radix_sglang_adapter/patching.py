@@ -1,4 +1,4 @@
-"""The adapter's first room: SGLang's own functions replaced by radix-core's, wherever SGLang holds them.
+"""The adapter's patches: SGLang's own functions replaced by radix-core's, wherever SGLang holds them.
 
 SGLang 0.5.10 defines ``convert_to_bigram_key`` in ``mem_cache.utils`` but its callers bind it by
 name at import (``from ...utils import convert_to_bigram_key``), and SWA caches also keep it per
