@@ -1,4 +1,4 @@
-// The radix tree itself, outside the Python object graph (issue 19): use it through radix_core.
+// The radix tree itself, outside the Python object graph: use it through radix_core.
 //
 // The same tree as radix_core.RadixCache's Python one, operation by operation: the same splits,
 // the same sizes, and the same eviction order (the heap holds the same entries in the same order,
@@ -1103,7 +1103,7 @@ py::list consecutive_runs(const py::buffer& values) {
 }  // namespace
 
 PYBIND11_MODULE(_tree, m) {
-    m.doc() = "radix-native's radix tree (issue 19, slice 1): use it through radix_core.";
+    m.doc() = "radix-native's radix tree: use it through radix_core.";
     m.attr("TREE_ABI") = kTreeAbi;
     m.def("consecutive_runs", &consecutive_runs, py::arg("values"));
     py::class_<Tree>(m, "Tree")

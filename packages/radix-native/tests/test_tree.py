@@ -1,4 +1,4 @@
-"""radix-native's tree (issue 19) against radix-core's Python tree, step by step.
+"""radix-native's tree against radix-core's Python tree, step by step.
 
 The same random operations go to ``radix_core.RadixCache`` (the reference, int64 values) and to
 ``radix_native._tree.Tree``; after every step both hold the same nodes (tokens, values, locks,

@@ -1,4 +1,4 @@
-"""KV indices kept on their device for radix-native's tree (issue 19, slice 5).
+"""KV indices kept on their device for radix-native's tree.
 
 On a GPU server SGLang's KV index rows are CUDA tensors. The native tree's own store is host
 memory, and copying a row there would wait for the device on every insert; so such a cache used

@@ -1,4 +1,4 @@
-# Types of the compiled tree (radix_native/src/tree.cpp, issue 19); use it through radix_core.
+# Types of the compiled tree (radix_native/src/tree.cpp); use it through radix_core.
 
 from typing import Any
 
