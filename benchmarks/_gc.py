@@ -1,4 +1,4 @@
-"""What a filled cache costs Python's garbage collector (issue 19): the gc-tracked objects it holds,
+"""What a filled cache costs Python's garbage collector: the gc-tracked objects it holds,
 and what they add to a full collection, as SGLang's scheduler process pays it on every one."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Caches, each fresh per replay, in rotating order every round:
 - SGLang default: ``create_tree_cache()`` without flags: UnifiedRadixCache on its Rust TreeCore
 - SGLang RadixCache: SGLang's Python radix tree
 - radix-core native / pure: ``radix_core.RadixCache`` with and without radix-native (native: its
-  default tree, radix-native's, issue 19; pure: the Python tree)
+  default tree, radix-native's; pure: the Python tree)
 - radix-core native, Python tree: ``radix_core.RadixCache(tree="python")`` on radix-native's kernels
 - radix-core native, device path: radix-native's tree with the KV indices in a device arena, as
   ``RADIX_CORE_DEVICE_TREE=native`` keeps a GPU's (``radix_core.device_values``), here on CPU

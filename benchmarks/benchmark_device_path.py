@@ -1,4 +1,4 @@
-"""The device path (issue 19, slice 5) against what a GPU server runs today, on the Mooncake trace.
+"""The device path against what a GPU server runs today, on the Mooncake trace.
 
 On a GPU server SGLang's KV indices are device tensors: radix-core's RadixCache then keeps Python
 nodes (its default for device values), or, with ``RADIX_CORE_DEVICE_TREE=native``, radix-native's
@@ -33,7 +33,7 @@ from radix_core.native_tree import device_path
 
 PYTHON_NODES = "Python nodes (the default)"
 DEVICE_PATH = "device path (RADIX_CORE_DEVICE_TREE=native)"
-GC_OBJECTS_TARGET = 1_000  # issue 19: a filled cache, whatever its size
+GC_OBJECTS_TARGET = 1_000  # a filled cache, whatever its size
 
 
 def make_cache(name: str, eagle: bool, freed: list[int]) -> RadixCoreTree:

@@ -25,7 +25,7 @@ Caches, each on a fresh pool per replay, in rotating order every round:
 - SGLang default: what create_tree_cache() builds without the flag (UnifiedRadixCache, Rust TreeCore)
 - SGLang RadixCache: SGLang's Python radix tree
 - radix native / radix pure: what ``--radix-cache-backend radix`` builds, radix-core native (its
-  RadixCache on radix-native's tree, the default since issue 19) / Python
+  RadixCache on radix-native's tree, the default) / Python
 - radix native, Python tree: the same on radix-native's kernels with ``RADIX_CORE_TREE=python``
 
 Cells: EAGLE on and off x KV capacities (unbounded, 1M, 200k tokens), LRU. Every cache must give
@@ -220,7 +220,7 @@ IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
 # host tier.
 HICACHE_IMPLEMENTATIONS = [BASELINE, "radix native", "radix pure"]
 HICACHE_CELLS = [(policy, capacity) for policy in ("write_through", "write_back") for capacity in ("1M", "200k")]
-HICACHE_TARGET = 2.0  # radix native over SGLang's default, both with HiCache, in the cache (issue 18)
+HICACHE_TARGET = 2.0  # radix native over SGLang's default, both with HiCache, in the cache
 HOST_RATIO = 2.0  # the host tier holds twice the device pool (--hicache-ratio)
 # The device KV pool the host tier is sized and laid out from (its copies move nothing here, see
 # host_copies_move_nothing): one layer, one head of 8 fp16 values per token.

@@ -1,4 +1,4 @@
-"""SGLang's HiCache TreeCores against radix-core's, through the TreeCore interface (issue 18).
+"""SGLang's HiCache TreeCores against radix-core's, through the TreeCore interface.
 
 With ``--enable-hierarchical-cache`` SGLang's cache is UnifiedRadixCache, a Python layer over a
 TreeCore. This replays a Mooncake-format trace (first ``--requests``) through the calls

@@ -1,4 +1,4 @@
-"""The adapter's second room: SGLang serves its prefix cache on radix-core (``--radix-cache-backend radix``).
+"""The backend: SGLang serves its prefix cache on radix-core (``--radix-cache-backend radix``).
 
 SGLang 0.5.13 added a registry of tree-cache factories (``register_radix_cache_backend``) selected
 with ``--radix-cache-backend NAME``; the scheduler-facing cache interface this backend implements
@@ -193,7 +193,7 @@ def build_cache(ctx: Any) -> Any:
         from .hicache import RadixCoreHiCache, route_refusal
 
         policy = ctx.server_args.hicache_write_policy
-        tree = "python"  # TieredRadixCache's nodes are Python's (issue 19, slice 4)
+        tree = "python"  # TieredRadixCache has only a Python store
         unserved = route_refusal(ctx)
         if unserved is None:
             cache = RadixCoreHiCache(ctx.params, ctx.tp_worker)

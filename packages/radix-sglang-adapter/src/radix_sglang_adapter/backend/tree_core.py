@@ -1,4 +1,4 @@
-"""RadixTreeCore: SGLang's UnifiedRadixCache on radix-core's tiered tree (HiCache, issue 18).
+"""RadixTreeCore: SGLang's UnifiedRadixCache on radix-core's tiered tree (HiCache).
 
 SGLang 0.5.22+ keeps its hierarchical cache in ``UnifiedRadixCache``, which drives a TreeCore
 through ``UnifiedTreeCoreInterface``: node ids across the boundary, resumable inserts, step-by-step
