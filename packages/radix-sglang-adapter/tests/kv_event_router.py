@@ -22,7 +22,8 @@ from sglang.srt.disaggregation.kv_events import (
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.utils import get_hash_str, hash_str_to_int64
 
-from radix_sglang_adapter.backend.kv_events import chain_seed, split_namespace
+from radix_sglang_adapter.backend.kv_events import chain_seed
+from radix_sglang_adapter.backend.translation import split_namespace
 
 Block = tuple[int | None, tuple]  # the parent's hash, the page's token ids (pairs under EAGLE)
 

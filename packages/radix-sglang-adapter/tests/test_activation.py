@@ -132,11 +132,12 @@ def test_deactivation_also_takes_out_the_tree_core_that_serves_hicache():
     from sglang.srt.mem_cache.unified_cache import tree_core_registry
 
     from radix_sglang_adapter import backend
+    from radix_sglang_adapter.backend.registry import register_once
     from radix_sglang_adapter.backend.tree_core import RadixTreeCore
 
     adapter.activate()
     get, add = tree_core_registry.get_tree_core_factory, tree_core_registry.register_tree_core_backend
-    backend._register_once(get, add, RadixTreeCore, "TreeCore")  # what building a HiCache cache does
+    register_once(get, add, RadixTreeCore, "TreeCore")  # what building a HiCache cache does
     assert get(backend.BACKEND_NAME) is RadixTreeCore
     adapter.deactivate()
     assert get(backend.BACKEND_NAME) is None

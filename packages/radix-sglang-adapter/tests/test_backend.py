@@ -144,6 +144,31 @@ def test_what_radix_core_cannot_do_with_hicache_is_refused_naming_the_option(opt
 
 
 @needs_backend
+@pytest.mark.parametrize(
+    ("components", "settings", "named"),
+    [
+        (("FULL", "SWA"), {}, "sliding-window"),
+        (("FULL", "MAMBA"), {}, "mamba"),
+        (("FULL",), {"enable_session_radix_cache": True}, "--enable-session-radix-cache"),
+        (("FULL",), {"enable_kv_cache_events": True}, "--kv-events-config and --enable-hierarchical-cache"),
+        (("FULL",), {"eviction_policy": "slru"}, "--radix-eviction-policy slru"),
+    ],
+)
+def test_the_tree_core_refuses_what_the_factory_refuses(server_args, components, settings, named):
+    """SGLang may build radix's TreeCore by name (SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND), past the
+    factory: it reads the same refusals."""
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    from radix_sglang_adapter.backend.tree_core import RadixTreeCore
+
+    pool, allocator = sh.small_pools()
+    params = sh.cache_params(pool, allocator, 1, False, settings.pop("eviction_policy", "lru"), **settings)
+    with pytest.raises(ValueError, match="--radix-cache-backend radix cannot serve with") as refused:
+        RadixTreeCore(params, {ComponentType[name]: None for name in components})
+    assert named in str(refused.value)
+
+
+@needs_backend
 def test_options_of_sglangs_own_memory_config_are_refused(monkeypatch):
     with sh.published_server_args(radix_cache_backend=adapter.BACKEND_NAME, enable_flexkv=True) as args:
         with pytest.raises(ValueError, match="--enable-flexkv"):

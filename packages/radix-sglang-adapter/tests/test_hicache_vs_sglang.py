@@ -29,9 +29,10 @@ from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, MatchPref
 from sglang.srt.mem_cache.hicache_storage import PoolName  # noqa: E402
 from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
 
-import radix_sglang_adapter.backend as backend  # noqa: E402
 import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
-from radix_sglang_adapter.backend.hicache import RadixCoreHiCache, route_refusal  # noqa: E402
+from radix_sglang_adapter.backend.factory import build_cache  # noqa: E402
+from radix_sglang_adapter.backend.hicache import RadixCoreHiCache  # noqa: E402
+from radix_sglang_adapter.backend.refusals import tree_core_route  # noqa: E402
 
 operations = st.lists(
     st.one_of(
@@ -71,7 +72,7 @@ def makers(server_args: Any, core: str = "rust") -> list:
         return create_tree_cache(context(params))
 
     def ours(params: Any) -> Any:
-        cache = backend.build_cache(context(params))
+        cache = build_cache(context(params))
         assert isinstance(cache, RadixCoreHiCache)
         return cache
 
@@ -191,10 +192,10 @@ def test_what_radix_core_hicache_leaves_to_unified_radix_cache_is_named(backend_
         pool, allocator = sh.small_pools(16, 512, kv_pool=True)
         params = sh.cache_params(pool, allocator, 16, False, "lru")
         context = sh.build_context(args, params, enable_hierarchical_cache=True, tp_worker=sh.NoForwardWorker())
-        found = route_refusal(context)
+        found = tree_core_route(context)
         assert found is None if refusal is None else refusal in found
         if refusal is None:
-            assert isinstance(backend.build_cache(context), RadixCoreHiCache)
+            assert isinstance(build_cache(context), RadixCoreHiCache)
 
 
 def test_a_load_back_whose_host_run_is_gone_loads_nothing(backend_name, ticking_clock):

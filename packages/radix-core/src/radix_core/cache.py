@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import IO, Any, TypeVar
 
 from . import _backend
+from .key import RadixKey
 from .native_tree import NativeTree, TreeUnusable
 from .python_tree import (
     EVICTION_POLICIES,
@@ -206,6 +207,15 @@ class RadixCache:
         rewrites only part of its row), cut to the path. ValueError if ``node`` is not (or no
         longer) in this cache."""
         return self._store.path_indices(node, start, stop)
+
+    def path_to(self, node: TreeNode) -> list[TreeNode]:
+        """The nodes from the root (excluded) down to ``node``. ValueError if ``node`` is not (or
+        no longer) in this cache."""
+        return self._store.path_to(node)
+
+    def cache_key(self, key: KeyLike) -> RadixKey:
+        """``key`` as this cache files it: read as bigrams in EAGLE mode, cut to whole pages."""
+        return self._store.cache_key(key)
 
     def evictable_size(self) -> int:
         """Cached units that eviction may take (not locked)."""

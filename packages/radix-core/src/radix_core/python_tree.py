@@ -395,6 +395,23 @@ class PythonTree:
             position = end
         return self._join(parts)
 
+    def path_to(self, node: TreeNode) -> list[TreeNode]:
+        """The nodes from the root (excluded) down to ``node``. ValueError if ``node`` is not (or
+        no longer) in this cache."""
+        path = self._path_to_root(node)
+        path.reverse()
+        return path
+
+    def cache_key(self, key: KeyLike) -> RadixKey:
+        """``key`` as this cache files it: read as bigrams in EAGLE mode, cut to whole pages."""
+        return self._as_cache_key(key).page_aligned(self.page_size)
+
+    def walk(self, key: KeyLike) -> tuple[list[TreeNode], list[int]]:
+        """The nodes a match of ``key`` passes, top down, and the key unit where each ends (the
+        last may be left inside: a match would split it there). Changes nothing: no split, no
+        access time."""
+        return python_descend(self.root_node, self.cache_key(key), 0, self.page_size)
+
     def evictable_size(self) -> int:
         """Cached units that eviction may take (not locked)."""
         return self._evictable_size

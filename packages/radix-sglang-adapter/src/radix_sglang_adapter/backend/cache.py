@@ -34,8 +34,9 @@ from sglang.srt.utils.common import ceil_align
 
 import radix_core
 
-from . import params_refusal
 from .kv_events import HashedTreeNode, TreeEvents
+from .refusals import Setup, refusal
+from .translation import match_result, namespace
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -44,12 +45,6 @@ logger = logging.getLogger("radix_sglang_adapter")
 
 _INT64_MAX = torch.iinfo(torch.int64).max
 _NO_RECEIPT = DecLockRefParams()
-
-
-def _namespace(extra_key: Any, cache_salt: Any) -> Any:
-    """SGLang namespaces its tree by extra_key, and by cache_salt too when one is set (an empty
-    salt is none, as in SGLang's RadixKey); ``kv_events.split_namespace`` reads it back."""
-    return extra_key if not cache_salt else (extra_key, cache_salt)
 
 
 class RadixCoreCache(RadixCache):
@@ -64,24 +59,15 @@ class RadixCoreCache(RadixCache):
     tree: radix_core.RadixCache | radix_core.TieredRadixCache
 
     def __init__(self, params: CacheInitParams):
-        refusal = params_refusal(params)
-        if refusal is not None:
-            raise ValueError(refusal)
+        refused = refusal(Setup.of_params(params))
+        if refused is not None:
+            raise ValueError(refused)
         super().__init__(params)  # calls reset(), which builds the tree
 
     # ----- the tree -----------------------------------------------------------------------------
 
     def reset(self) -> None:
-        events = TreeEvents(self.kv_events, self.page_size) if self.kv_events.enabled else None
-        self.tree = radix_core.RadixCache(
-            self.page_size,
-            self.is_eagle,
-            self.eviction_policy,
-            on_evict=self._free_evicted_value,
-            on_store=events.stored if events else None,
-            on_remove=events.removed if events else None,
-            node_class=HashedTreeNode,
-        )
+        self.tree = self._new_tree()
         self.root_node = self.tree.root_node
         self._empty_device_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
         root = self.root_node
@@ -90,19 +76,32 @@ class RadixCoreCache(RadixCache):
         )
         self.kv_events.record_all_cleared()
 
+    def _new_tree(self) -> radix_core.RadixCache | radix_core.TieredRadixCache:
+        """An empty tree, its callbacks set: the KV pool's, and the KV event stream's if enabled."""
+        events = TreeEvents(self.kv_events, self.page_size) if self.kv_events.enabled else None
+        return radix_core.RadixCache(
+            self.page_size,
+            self.is_eagle,
+            self.eviction_policy,
+            on_evict=self._free_evicted_value,
+            on_store=events.stored if events else None,
+            on_remove=events.removed if events else None,
+            node_class=HashedTreeNode,
+        )
+
     def _free_evicted_value(self, value: torch.Tensor) -> None:
         # Tree values are page-aligned copies of a KV row, as in SGLang's evict().
         self.token_to_kv_pool_allocator.free_segment(value, start_pos=0)
 
     def _tree_key(self, key: RadixKey) -> radix_core.RadixKey:
         """The same tokens (a window, no copy of an array('q')) in the same namespace."""
-        return radix_core.RadixKey(key.token_ids, _namespace(key.extra_key, key.cache_salt), key.is_bigram, key.limit)
+        return radix_core.RadixKey(key.token_ids, namespace(key.extra_key, key.cache_salt), key.is_bigram, key.limit)
 
     def _request_key(self, req: Req, raw_tokens: int) -> radix_core.RadixKey:
         """The first ``raw_tokens`` of the request's fill ids, page-aligned, as SGLang keys it."""
-        namespace = _namespace(req.extra_key, req.cache_salt)
         tokens = req.full_untruncated_fill_ids
-        return radix_core.RadixKey(tokens, namespace, self.is_eagle, raw_tokens).page_aligned(self.page_size)
+        tree_namespace = namespace(req.extra_key, req.cache_salt)
+        return radix_core.RadixKey(tokens, tree_namespace, self.is_eagle, raw_tokens).page_aligned(self.page_size)
 
     def _cached_units(self, raw_tokens: int) -> int:
         """The units a key of ``raw_tokens`` fill ids caches: one per token, one per pair of
@@ -182,12 +181,7 @@ class RadixCoreCache(RadixCache):
         if len(key) == 0:
             return self._empty_match_result
         found = self.tree.match_prefix(self._tree_key(key), indices=False)
-        if found.prefix_len == 0:
-            return self._empty_match_result
-        node = found.last_node
-        return MatchResult(
-            device_prefix_len=found.prefix_len, last_device_node=node, last_host_node=node, best_match_node=node
-        )
+        return match_result(found, self.root_node, self._empty_match_result)
 
     def touch_prefix(self, key: RadixKey) -> None:
         key, _ = key.maybe_to_bigram_view(self.is_eagle)

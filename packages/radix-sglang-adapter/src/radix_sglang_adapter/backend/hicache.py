@@ -18,7 +18,7 @@ class asks the controller to move it, as UnifiedRadixCache does for a FULL-atten
 It serves one scheduler rank with SGLang's plain (MHA) KV pool and no L3 storage, and no
 speculative decoding (SGLang requires its UnifiedRadixCache for HiCache's draft pools): the
 backend's factory sends other HiCache configurations to UnifiedRadixCache on radix-core's TreeCore
-(``backend.tree_core``); ``route_refusal`` says why. This module imports SGLang.
+(``backend.tree_core``); ``refusals.tree_core_route`` says why. This module imports SGLang.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import torch
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams, MatchPrefixParams, MatchResult
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.hicache_storage import PoolName
 from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_kv_only_stack
@@ -36,6 +36,7 @@ from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_kv_onl
 from radix_core.tiers import TieredNode, TieredRadixCache
 
 from .cache import RadixCoreCache
+from .translation import backup_chains, duplicate_ranges
 
 if TYPE_CHECKING:
     from radix_core.tiers import TieredInsertResult
@@ -43,35 +44,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("radix_sglang_adapter")
 
 LOAD_BACK_THRESHOLD = 10  # UnifiedRadixCache's: host runs shorter than this are recomputed
-
-
-def route_refusal(ctx: Any) -> str | None:
-    """Why this class cannot serve a HiCache server built with ``ctx`` (the factory then serves it
-    on UnifiedRadixCache over radix-core's TreeCore), or None."""
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
-    from sglang.srt.runtime_context import get_disagg, get_memory, get_spec
-
-    params = ctx.params
-    memory = get_memory()
-    groups = (params.tp_cache_group, params.attn_cp_cache_group, params.attn_tp_cache_group, params.pp_cache_group)
-    multi_rank = params.pp_size > 1 or any(
-        group is not None and torch.distributed.get_world_size(group=group) > 1 for group in groups
-    )
-    checks = [
-        (memory.hicache_storage_backend is not None, "an L3 storage backend (--hicache-storage-backend)"),
-        (get_spec().speculative_algorithm is not None, "speculative decoding (HiCache's draft pools)"),
-        (multi_rank, "more than one scheduler rank (their copies are agreed on across ranks)"),
-        (
-            type(params.token_to_kv_pool_allocator.get_kvcache()) is not MHATokenToKVPool,
-            "a KV pool other than SGLang's MHA one",
-        ),
-        (get_disagg().disaggregation_mode != "null", "PD disaggregation"),
-        (get_disagg().disaggregation_decode_retraction_backup == "host_pool", "retraction backups to the host pool"),
-    ]
-    for applies, what in checks:
-        if applies:
-            return what
-    return None
 
 
 class RadixCoreHiCache(RadixCoreCache):
@@ -109,8 +81,8 @@ class RadixCoreHiCache(RadixCoreCache):
 
     # ----- the tree -----------------------------------------------------------------------------
 
-    def reset(self) -> None:
-        self.tree = TieredRadixCache(
+    def _new_tree(self) -> TieredRadixCache:
+        return TieredRadixCache(
             self.page_size,
             self.is_eagle,
             self.eviction_policy,
@@ -119,12 +91,9 @@ class RadixCoreHiCache(RadixCoreCache):
             on_host_evict=self._free_host_value,
             back_up=self._back_up_for_eviction,
         )
-        self.root_node = self.tree.root_node
-        self._empty_device_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
-        root = self.root_node
-        self._empty_match_result = MatchResult(
-            device_prefix_len=0, last_device_node=root, last_host_node=root, best_match_node=root
-        )
+
+    def reset(self) -> None:
+        super().reset()
         # Copies in flight, by the node id the controller acknowledges them with.
         self.ongoing_write_through: dict[int, TieredNode] = {}
         self.ongoing_load_back: dict[int, tuple[TieredNode, int | None]] = {}
@@ -132,59 +101,24 @@ class RadixCoreHiCache(RadixCoreCache):
         if self.cache_controller is not None:  # a flush: what was queued or held on the host goes too
             self.cache_controller.reset()
             self.cache_controller.mem_pool_host.clear()
-        self.kv_events.record_all_cleared()
 
     def _free_host_value(self, value: torch.Tensor) -> None:
         self.cache_controller.mem_pool_host.free(value)
 
     # ----- match and insert ---------------------------------------------------------------------
 
-    def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
-        """The device prefix, and how far the match goes on the host tier past it."""
-        key, _ = params.key.maybe_to_bigram_view(self.is_eagle)  # in place, as SGLang does
-        if len(key) == 0:
-            return self._empty_match_result
-        found = self.tree.match_prefix(self._tree_key(key), indices=False)
-        return MatchResult(
-            device_prefix_len=found.prefix_len,
-            last_device_node=found.last_node,
-            last_host_node=found.best_node,
-            best_match_node=found.best_node,
-            host_hit_length=found.host_hit_length,
-        )
-
     def _duplicate_ranges(self, inserted: TieredInsertResult, protected: int) -> list[tuple[int, int]]:
         """Past the request's own prefix, what the tree held already, except what host-only nodes
         took from the row (their device copy now): a range per node, as UnifiedRadixCache frees
         them (SGLang's paged allocator files each freed batch apart: the order shows)."""
-        matched = inserted.prefix_len
-        if matched <= protected:
-            return []
-        lengths: list[int] = []
-        node: Any = inserted.last_node
-        while node is not self.root_node:
-            lengths.append(len(node.key))
-            node = node.parent
-        adopted = {first for first, _ in inserted.adopted}
-        ranges, start = [], 0
-        for units in reversed(lengths):
-            end = start + units
-            if end > matched:
-                break
-            if end > protected and start not in adopted:
-                ranges.append((max(start, protected), end))
-            start = end
-        return ranges
+        return duplicate_ranges(inserted, self.root_node, protected)
 
     def _inserted(self, inserted: TieredInsertResult) -> None:
         """Back up what reached the write policy's threshold, each node with its ancestors that
         have no host copy, root first; stop at the first that finds no host room."""
-        tree, backed_up = self.tree, set()
-        for node in inserted.to_back_up:
-            for part in tree.backup_chain(node):
-                if part.id in backed_up:
-                    continue
-                backed_up.add(part.id)
+        tree = self.tree
+        for chain in backup_chains(tree, inserted.to_back_up):
+            for part in chain:
                 host_value = self._write(part)
                 if host_value is None:
                     return

@@ -37,17 +37,14 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 
 import radix_core
 
+from .translation import split_namespace
+
 logger = logging.getLogger("radix_sglang_adapter")
 
 DIGEST_BYTES = 32
 _SALT_CHAIN_SEED = b"sglang-cache-salt-v1\0"
 _WIDE_PAGE_TAG = b"\xff"
 _U32_MAX = 0xFFFFFFFF
-
-
-def split_namespace(namespace: Any) -> tuple[str | None, str | None]:
-    """The backend's tree namespace (``cache._namespace``) back as SGLang's (extra_key, cache_salt)."""
-    return namespace if isinstance(namespace, tuple) else (namespace, None)
 
 
 def chain_seed(cache_salt: str | None) -> bytes | None:

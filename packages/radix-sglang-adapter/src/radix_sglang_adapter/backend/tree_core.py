@@ -14,6 +14,7 @@ Imported only when SGLang builds a cache with it: it imports SGLang.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, cast
@@ -51,12 +52,15 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 import radix_core
-from radix_core import EVICTION_POLICIES, TieredNode, TieredRadixCache
+from radix_core import TieredNode, TieredRadixCache
 
-from .cache import _namespace
+from .refusals import Setup, refusal
+from .translation import backup_chains, duplicate_ranges, match_result, merged, namespace
 
 FULL = ComponentType.FULL
 NodeId = int
+
+_node_id = operator.attrgetter("id")  # how this core names a node to SGLang
 
 
 class CoreNode(TieredNode):
@@ -80,16 +84,10 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     supports_rotation_base = False
 
     def __init__(self, params: CacheInitParams, components: dict[ComponentType, Any]):
-        if tuple(components) != (FULL,):
-            names = ", ".join(ct.name for ct in components if ct != FULL)
-            self._refuse(f"tree components other than FULL ({names})")
-        if params.enable_session_radix_cache:
-            self._refuse("the session radix cache")
-        if params.enable_kv_cache_events:
-            self._refuse("--kv-events-config")
+        refused = refusal(Setup.of_tree_core(params, components))
+        if refused is not None:
+            raise ValueError(refused)
         policy = params.eviction_policy.lower()
-        if policy not in EVICTION_POLICIES:
-            self._refuse(f"--radix-eviction-policy {params.eviction_policy}")
         self.page_size = params.page_size
         self.is_eagle = bool(params.is_eagle)
         self.eviction_policy = policy
@@ -233,9 +231,9 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return self._arena[node_id]
 
     def _tree_key(self, key: RadixKey) -> radix_core.RadixKey:
-        namespace = _namespace(key.extra_key, key.cache_salt)
-        self._namespaces.setdefault(namespace, (key.extra_key, key.cache_salt))
-        return radix_core.RadixKey(key.token_ids, namespace, key.is_bigram, key.limit)
+        tree_namespace = namespace(key.extra_key, key.cache_salt)
+        self._namespaces.setdefault(tree_namespace, (key.extra_key, key.cache_salt))
+        return radix_core.RadixKey(key.token_ids, tree_namespace, key.is_bigram, key.limit)
 
     def is_write_through_compatible(self) -> bool:
         root = self.root_node
@@ -260,7 +258,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     def collect_path_info(self, end_node_ids: Sequence[NodeId]) -> tuple[tuple[TreePathNodeInfo, ...], ...]:
         paths = []
         for node_id in end_node_ids:
-            chain = list(reversed(self.tree._path_to_root(self._node(node_id))))
+            chain = self.tree.path_to(self._node(node_id))
             path, start = [], 0
             for node in chain:
                 end = start + len(node.key)
@@ -274,29 +272,15 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     # ----- match --------------------------------------------------------------------------------
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
-        result = self.tree.match_prefix(self._tree_key(params.key), indices=False)
-        if result.best_node is self.root_node:
-            return self._empty_match_result
-        best = result.best_node.id
-        device = result.last_node.id
-        return MatchResult(
-            device_prefix_len=result.prefix_len,
-            last_device_node=device,
-            last_host_node=best if self.enable_hicache else device,
-            best_match_node=best,
-            last_visited_node_id=best,
-            host_hit_length=result.host_hit_length,
-            full_kv_hit_length=result.prefix_len + result.host_hit_length,
-            cache_actions=[],
-        )
+        found = self.tree.match_prefix(self._tree_key(params.key), indices=False)
+        return match_result(found, self.root_node, self._empty_match_result, _node_id, tree_core=True)
 
     @property
     def empty_match_result(self) -> MatchResult:
         return self._empty_match_result
 
     def match_full_device_prefix(self, key: RadixKey) -> tuple[int, NodeId, int]:
-        tree_key = self.tree._as_cache_key(self._tree_key(key)).page_aligned(self.page_size)
-        path, ends = radix_core.cache.python_descend(self.root_node, tree_key, 0, self.page_size)
+        path, ends = self.tree.walk(self._tree_key(key))
         node, matched, pinned = self.root_node, 0, 0
         for child, end in zip(path, ends):
             if child.value is None:
@@ -332,50 +316,17 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         tree = self.tree
         result = tree.insert(key, value, params.priority or 0, inserted_len=params.inserted_len)
         actions: list[Any] = []
-        freed = self._duplicates(value, params.prev_prefix_len, result.prefix_len, result.adopted)
-        if freed:
-            actions.append(FreeDeviceKV(freed))
-        chained: set[int] = set()
-        for node in result.to_back_up:
-            chain = [part.id for part in tree.backup_chain(node) if part.id not in chained]
-            chained.update(chain)
-            if chain:
-                actions.append(BackupKV(chain))
-        ranges = self._adopted_ranges(result, len(tree._as_cache_key(key).page_aligned(self.page_size)))
+        duplicates = merged(duplicate_ranges(result, self.root_node, params.prev_prefix_len))
+        if duplicates:
+            actions.append(FreeDeviceKV([value[start:stop] for start, stop in duplicates]))
+        actions.extend(BackupKV([part.id for part in chain]) for chain in backup_chains(tree, result.to_back_up))
+        ranges = merged([*result.adopted, (result.prefix_len, len(tree.cache_key(key)))])
         insert_result = InsertResult(
             prefix_len=result.prefix_len,
             last_device_node=result.last_node.id,
             adopted_ranges={FULL: ranges} if params.track_adopted_ranges else None,
         )
         return InsertStepResult(actions=actions, result=insert_result)
-
-    @staticmethod
-    def _duplicates(
-        value: torch.Tensor, own: int, prefix_len: int, adopted: list[tuple[int, int]]
-    ) -> list[torch.Tensor]:
-        """The insert's values of units that were cached already and that the tree did not take,
-        past the ``own`` first ones (the request's own cached prefix: the tree's indices already)."""
-        freed, start = [], own
-        for first, stop in adopted:
-            if start < first:
-                freed.append(value[start : min(first, prefix_len)])
-            start = max(start, stop)
-        if start < prefix_len:
-            freed.append(value[start:prefix_len])
-        return [part for part in freed if len(part)]
-
-    @staticmethod
-    def _adopted_ranges(result: Any, units: int) -> list[tuple[int, int]]:
-        """SGLang's adopted ranges: the host-only nodes restored, and the new tail, merged."""
-        ranges: list[tuple[int, int]] = []
-        for start, stop in [*result.adopted, (result.prefix_len, units)]:
-            if start >= stop:
-                continue
-            if ranges and start <= ranges[-1][1]:
-                ranges[-1] = (ranges[-1][0], max(ranges[-1][1], stop))
-            else:
-                ranges.append((start, stop))
-        return ranges
 
     def resume_insert(self) -> InsertStepResult:
         raise RuntimeError("no in-flight insert")
@@ -610,7 +561,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         nodes = [self._node(node_id) for node_id in node_ids]
         for node in nodes:
             self.tree.mark_backup_pending(node)
-        nodes.sort(key=lambda node: len(self.tree._path_to_root(node)))
+        nodes.sort(key=lambda node: len(self.tree.path_to(node)))
         return [node.id for node in nodes]
 
     def finish_write_through(self, node_ids: list[NodeId], ack_id: int) -> None:

@@ -1,0 +1,103 @@
+"""Between SGLang's types and radix-core's: what the backend's caches and its TreeCore share
+(namespaces, match results, the duplicates an insert frees, backup chains). Imports SGLang.
+
+SGLang namespaces its tree by ``extra_key``, and by ``cache_salt`` too when one is set (an empty
+salt is none, as in SGLang's RadixKey); radix-core's keys have one namespace, ``extra_key``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sglang.srt.mem_cache.base_prefix_cache import MatchResult
+
+
+def namespace(extra_key: Any, cache_salt: Any) -> Any:
+    """SGLang's (extra_key, cache_salt) as one radix-core namespace."""
+    return extra_key if not cache_salt else (extra_key, cache_salt)
+
+
+def split_namespace(tree_namespace: Any) -> tuple[str | None, str | None]:
+    """A radix-core namespace made by :func:`namespace` back as SGLang's (extra_key, cache_salt)."""
+    return tree_namespace if isinstance(tree_namespace, tuple) else (tree_namespace, None)
+
+
+def _same(node: Any) -> Any:
+    return node
+
+
+def match_result(
+    found: Any, root: Any, empty: MatchResult, handle: Callable[[Any], Any] = _same, *, tree_core: bool = False
+) -> MatchResult:
+    """radix-core's match (on either tree) as SGLang's ``MatchResult``: the device prefix and, on a
+    tiered tree, how far the host tier goes past it; ``empty`` where nothing matched. ``handle``
+    names a node as the caller gives nodes to SGLang (the node, or a TreeCore's node id);
+    ``tree_core``: also the fields UnifiedRadixCache reads of its TreeCore."""
+    best = getattr(found, "best_node", found.last_node)
+    if best is root:
+        return empty
+    device, deepest = handle(found.last_node), handle(best)
+    host_hit_length = getattr(found, "host_hit_length", 0)
+    if not tree_core:
+        return MatchResult(found.prefix_len, device, deepest, deepest, host_hit_length=host_hit_length)
+    return MatchResult(
+        found.prefix_len,
+        device,
+        deepest,
+        deepest,
+        host_hit_length=host_hit_length,
+        full_kv_hit_length=found.prefix_len + host_hit_length,
+        cache_actions=[],
+        last_visited_node_id=deepest,
+    )
+
+
+def duplicate_ranges(inserted: Any, root: Any, protected: int) -> list[tuple[int, int]]:
+    """The key ranges of an insert's values that were cached already, past the ``protected``
+    first units (the request's own cached prefix), except what host-only nodes took (their device
+    copy now): a range per node, top down, as UnifiedRadixCache frees them."""
+    matched = inserted.prefix_len
+    if matched <= protected:
+        return []
+    lengths: list[int] = []
+    node = inserted.last_node
+    while node is not root:
+        lengths.append(len(node.key))
+        node = node.parent
+    adopted = {first for first, _ in getattr(inserted, "adopted", ())}
+    ranges, start = [], 0
+    for units in reversed(lengths):
+        end = start + units
+        if end > matched:
+            break
+        if end > protected and start not in adopted:
+            ranges.append((max(start, protected), end))
+        start = end
+    return ranges
+
+
+def merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` in order, empty ones left out and those that touch or overlap joined."""
+    joined: list[tuple[int, int]] = []
+    for start, stop in ranges:
+        if start >= stop:
+            continue
+        if joined and start <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], stop))
+        else:
+            joined.append((start, stop))
+    return joined
+
+
+def backup_chains(tree: Any, nodes: Iterable[Any]) -> list[list[Any]]:
+    """What backing up ``nodes`` copies to the host, in order: for each node the ancestors with no
+    host copy and the node, root first, an ancestor in the first chain that needs it only."""
+    chains: list[list[Any]] = []
+    seen: set[int] = set()
+    for node in nodes:
+        chain = [part for part in tree.backup_chain(node) if part.id not in seen]
+        seen.update(part.id for part in chain)
+        if chain:
+            chains.append(chain)
+    return chains
