@@ -39,10 +39,10 @@ class Setup:
 
     @classmethod
     def of_tree_core(cls, params: Any, components: Collection[Any]) -> Setup:
-        """The setup of a TreeCore SGLang builds under its UnifiedRadixCache (HiCache)."""
-        from sglang.srt.runtime_context import get_memory
-
-        return cls(params, get_memory(), True, [component.name for component in components])
+        """The setup of a TreeCore SGLang builds under its UnifiedRadixCache (HiCache). Its memory
+        settings are the factory's to check: SGLang tells a TreeCore of buffer-only host memory
+        by a call, which it refuses."""
+        return cls(params, None, True, [component.name for component in components])
 
     @property
     def policy(self) -> str:
