@@ -15,7 +15,7 @@ import itertools
 import sys
 import time
 from array import array
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import IO, Any, NamedTuple, TypeAlias, cast
 
 from ._backend import dispatching
@@ -117,6 +117,44 @@ def descend(node: TreeNode, key: RadixKey, position: int, page_size: int) -> tup
     return python_descend(node, key, position, page_size)
 
 
+class LazyHeap:
+    """Nodes by eviction priority, lowest first, updated lazily: a push stamps its node (in the
+    node's ``field`` slot), which makes the node's older entries stale; stale entries are skipped
+    when popped, and dropped all at once when they outnumber the tree's nodes four to one."""
+
+    __slots__ = ("entries", "field")
+
+    def __init__(self, field: str):
+        self.entries: list[tuple[Any, int, TreeNode]] = []
+        self.field = field
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[tuple[Any, int, TreeNode]]:
+        """The entries, stale ones included: (priority, stamp, node), in heap order."""
+        return iter(self.entries)
+
+    def push(self, node: TreeNode, priority: Any, stamp: int, node_count: int) -> None:
+        setattr(node, self.field, stamp)
+        entries = self.entries
+        heapq.heappush(entries, (priority, stamp, node))
+        if len(entries) > 4 * node_count + 64:
+            field = self.field
+            self.entries = [entry for entry in entries if entry[1] == getattr(entry[2], field)]
+            heapq.heapify(self.entries)
+
+    def pop(self, valid: Callable[[TreeNode], bool]) -> TreeNode | None:
+        """The node of lowest priority whose entry is current and that is still ``valid``, its
+        entry taken; None if none."""
+        entries, field = self.entries, self.field
+        while entries:
+            _, stamp, node = heapq.heappop(entries)
+            if stamp == getattr(node, field) and valid(node):
+                return node
+        return None
+
+
 class MatchResult:
     """``prefix_len`` cached units, ending at ``last_node``; ``indices`` are their values, joined.
 
@@ -207,8 +245,8 @@ class PythonTree:
         self._evictable_size = 0
         self._protected_size = 0
         self._node_count = 0
-        self._heap: list[tuple[Any, int, TreeNode]] = []
-        self._stamps = itertools.count()
+        self._heap = LazyHeap("_heap_stamp")
+        self._stamps = itertools.count()  # shared by every heap of the tree
 
     def match_prefix(self, key: KeyLike, *, indices: bool = True) -> MatchResult:
         """:meth:`radix_core.RadixCache.match_prefix`."""
@@ -217,15 +255,19 @@ class PythonTree:
         access_time = time.monotonic()
         node.last_access_time = access_time
         path, ends = descend(node, key, 0, self.page_size)
+        if path:
+            self._enter(path, ends, 0, access_time)
+        return self._match_result(path, ends, indices)
+
+    def _match_result(self, path: list[TreeNode], ends: list[int], indices: bool) -> MatchResult:
+        """The answer of a match whose walk entered ``path`` (the key unit where each node ends)."""
         join = self._join if indices else no_indices
         if not path:
-            return MatchResult(0, node, [], join)
-        self._enter(path, ends, 0, access_time)
+            return MatchResult(0, self.root_node, [], join)
         node = path[-1]
         self._reprioritize(node)
         values = [child.value for child in path] if indices else []
-        position = ends[-1]
-        return MatchResult(position, node, values, join)
+        return MatchResult(ends[-1], node, values, join)
 
     def insert(
         self,
@@ -319,13 +361,7 @@ class PythonTree:
 
     def _pop_evictable_leaf(self) -> TreeNode | None:
         """The evictable leaf of lowest eviction priority, its heap entry taken; None if none."""
-        heap = self._heap
-        while heap:
-            _, stamp, node = heapq.heappop(heap)
-            if stamp == node._heap_stamp and self._is_evictable_leaf(node):
-                return node
-            # else superseded by a newer entry, or no longer an evictable leaf
-        return None
+        return self._heap.pop(self._is_evictable_leaf)
 
     def _evict_leaf(self, node: TreeNode) -> int:
         """Take an evictable leaf out of the tree (its value to ``on_evict``); returns its units."""
@@ -608,13 +644,7 @@ class PythonTree:
     def _reprioritize(self, node: TreeNode) -> None:
         """Give an evictable leaf a heap entry with its current priority (older entries go stale)."""
         if self._is_evictable_leaf(node):
-            stamp = next(self._stamps)
-            node._heap_stamp = stamp
-            heap = self._heap
-            heapq.heappush(heap, (self._eviction_priority(node), stamp, node))
-            if len(heap) > 4 * self._node_count + 64:
-                self._heap = [entry for entry in heap if entry[1] == entry[2]._heap_stamp]
-                heapq.heapify(self._heap)
+            self._heap.push(node, self._eviction_priority(node), next(self._stamps), self._node_count)
 
     def _lock_path(self, path: list[TreeNode]) -> int:
         delta = 0

@@ -26,13 +26,12 @@ host-only bottom of it included (without moving sizes: nothing of it is on the d
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
 from .key import RadixKey
-from .python_tree import KeyLike, MatchResult, PythonTree, TreeNode, descend, no_indices
+from .python_tree import KeyLike, LazyHeap, MatchResult, PythonTree, TreeNode, descend, no_indices
 from .values import value_kind_of
 
 __all__ = [
@@ -144,7 +143,7 @@ class TieredRadixCache(PythonTree):
     def reset(self) -> None:
         """Drop every cached entry on both tiers (no callback is called)."""
         super().reset()
-        self._host_heap: list[tuple[Any, int, TieredNode]] = []  # as _heap, for host leaves
+        self._host_heap = LazyHeap("_host_stamp")  # as _heap, for host leaves
         self._host_size = 0
         self._host_marks = 0
         self._duplicates: dict[int, TieredNode] = {}  # node id -> node on both tiers, lazily pruned
@@ -158,15 +157,13 @@ class TieredRadixCache(PythonTree):
     def match_prefix(self, key: KeyLike, *, indices: bool = True) -> TieredMatchResult:
         """The longest prefix of ``key`` cached on either tier; ``prefix_len`` of it on the device
         (``indices``: :meth:`RadixCache.match_prefix`'s)."""
-        key = self._as_cache_key(key).page_aligned(self.page_size)
+        return cast(TieredMatchResult, super().match_prefix(key, indices=indices))
+
+    def _match_result(self, path: list[TreeNode], ends: list[int], indices: bool) -> TieredMatchResult:
         root = self.root_node
-        access_time = time.monotonic()
-        root.last_access_time = access_time
-        path, ends = descend(root, key, 0, self.page_size)
         join = self._join if indices else no_indices
         if not path:
             return TieredMatchResult(0, root, [], join, root, 0)
-        self._enter(path, ends, 0, access_time)
         on_device = 0  # device nodes form a rooted subtree: they come first on any path
         while on_device < len(path) and path[on_device].value is not None:
             on_device += 1
@@ -486,14 +483,13 @@ class TieredRadixCache(PythonTree):
                     elif self._is_duplicate(node) and not node.host_lock_ref:
                         freed += self._drop_host_value(node)
                         del self._duplicates[node.id]
-        heap = self._host_heap
-        while freed < num_tokens and heap:
-            _, stamp, node = heapq.heappop(heap)
-            if stamp != node._host_stamp or not self._is_host_leaf(node):
-                continue
-            parent = cast(TieredNode, node.parent)
-            freed += self._delete_host_leaf(node)
-            self._reprioritize(parent)
+        while freed < num_tokens:
+            leaf = self._host_heap.pop(self._is_host_leaf)  # type: ignore[arg-type]  # its nodes are tiered
+            if leaf is None:
+                break
+            parent = leaf.parent
+            freed += self._delete_host_leaf(cast(TieredNode, leaf))
+            self._reprioritize(cast(TieredNode, parent))
         return freed
 
     # ----- locks ------------------------------------------------------------------------------
@@ -585,13 +581,7 @@ class TieredRadixCache(PythonTree):
         super()._reprioritize(any_node)
         node = cast(TieredNode, any_node)
         if self._is_host_leaf(node):
-            stamp = next(self._stamps)
-            node._host_stamp = stamp
-            heap = self._host_heap
-            heapq.heappush(heap, (self._eviction_priority(node), stamp, node))
-            if len(heap) > 4 * self._node_count + 64:
-                self._host_heap = [entry for entry in heap if entry[1] == entry[2]._host_stamp]
-                heapq.heapify(self._host_heap)
+            self._host_heap.push(node, self._eviction_priority(node), next(self._stamps), self._node_count)
 
     def _drop_host_value(self, node: TieredNode) -> int:
         host_value, node.host_value = node.host_value, None
