@@ -390,72 +390,45 @@ def tests_e2e(session: nox.Session) -> None:
     run_sglang_tests(session, "0.5.23", True, [END_TO_END_TESTS])
 
 
+# The benchmarks that run on SGLang's wheels: the release each needs, its script, the arguments it
+# runs with unless told others (`nox -s NAME -- ARGS`), and whether it draws a plot (matplotlib).
+SGLANG_BENCHMARKS = {
+    "bench-e2e": ("0.5.23", "benchmark_e2e.py", ["--plot", "docs/e2e_benchmark.png"], True),
+    "bench-radix-cache": (
+        "0.5.23",
+        "benchmark_radix_cache.py",
+        ["--check", "--plot", "docs/radix_cache_benchmark.png"],
+        True,
+    ),
+    "bench-sglang-backend": ("0.5.23", "benchmark_sglang_backend.py", ["--check"], False),
+    "bench-anchor": ("0.5.23", "benchmark_anchor.py", ["--check", "--plot", "docs/anchor_benchmark.png"], True),
+    "bench-device-path": ("0.5.23", "benchmark_device_path.py", ["--check"], False),
+    "bench-tree-core": ("0.5.23", "benchmark_tree_core.py", ["--check"], False),
+    "bench-sglang-path": ("0.5.10", "benchmark_sglang_cache_path.py", ["--check"], False),
+}
+
+
 @nox.session(name="bench-e2e", venv_backend="none")
-def bench_e2e(session: nox.Session) -> None:
-    """SGLang 0.5.23's real HTTP server on CPU on the Mooncake trace: its default cache vs
-    --radix-cache-backend radix (native, pure), EAGLE off and on; the scheduler's CPU per request
-    outside the forward and in the cache, TTFT, throughput; writes the plot."""
-    python = sglang_python(session, "0.5.23")
-    install_radix(session, python, native=True)
-    session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
-    args = session.posargs or ["--plot", "docs/e2e_benchmark.png"]
-    session.run(python, "-W", "ignore", "benchmarks/benchmark_e2e.py", *args, external=True)
-
-
 @nox.session(name="bench-radix-cache", venv_backend="none")
-def bench_radix_cache(session: nox.Session) -> None:
-    """radix-core (pure, native) vs SGLang 0.5.23's RadixCache on EAGLE workloads; writes the plot."""
-    python = sglang_python(session, "0.5.23")
-    install_radix(session, python, native=True)
-    session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
-    args = session.posargs or ["--check", "--plot", "docs/radix_cache_benchmark.png"]
-    session.run(python, "-W", "ignore", "benchmarks/benchmark_radix_cache.py", *args, external=True)
-
-
 @nox.session(name="bench-sglang-backend", venv_backend="none")
-def bench_sglang_backend(session: nox.Session) -> None:
-    """--radix-cache-backend radix vs SGLang 0.5.23's default cache and RadixCache on the Mooncake trace
-    (`-- --hicache`: both with HiCache on, on UnifiedRadixCache)."""
-    python = sglang_python(session, "0.5.23")
-    install_radix(session, python, native=True)
-    args = session.posargs or ["--check"]
-    session.run(python, "-W", "ignore", "benchmarks/benchmark_sglang_backend.py", *args, external=True)
-
-
 @nox.session(name="bench-anchor", venv_backend="none")
-def bench_anchor(session: nox.Session) -> None:
-    """radix-core's tree (native, pure) vs SGLang 0.5.23's default cache (Rust TreeCore) and its
-    RadixCache, called directly on the Mooncake trace and multi-turn-100k; writes the plot."""
-    python = sglang_python(session, "0.5.23")
-    install_radix(session, python, native=True)
-    session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
-    args = session.posargs or ["--check", "--plot", "docs/anchor_benchmark.png"]
-    session.run(python, "-W", "ignore", "benchmarks/benchmark_anchor.py", *args, external=True)
-
-
 @nox.session(name="bench-device-path", venv_backend="none")
-def bench_device_path(session: nox.Session) -> None:
-    """radix-core's tree for a GPU server's device-tensor indices: Python nodes (its default) vs the
-    device path (RADIX_CORE_DEVICE_TREE=native), the indices on torch's meta device (no GPU here)."""
-    python = sglang_python(session, "0.5.23")
-    install_radix(session, python, native=True)
-    args = session.posargs or ["--check"]
-    session.run(python, "-W", "ignore", "benchmarks/benchmark_device_path.py", *args, external=True)
-
-
 @nox.session(name="bench-tree-core", venv_backend="none")
-def bench_tree_core(session: nox.Session) -> None:
-    """HiCache's TreeCores: SGLang 0.5.23's Python and Rust cores vs RadixTreeCore (native, pure)."""
-    python = sglang_python(session, "0.5.23")
-    install_radix(session, python, native=True)
-    args = session.posargs or ["--check"]
-    session.run(python, "-W", "ignore", "benchmarks/benchmark_tree_core.py", *args, external=True)
-
-
 @nox.session(name="bench-sglang-path", venv_backend="none")
-def bench_sglang_path(session: nox.Session) -> None:
-    """SGLang 0.5.10's EAGLE cache paths with the adapter off, on (pure) and on (native)."""
-    python = sglang_python(session, "0.5.10")
+def bench_on_sglang(session: nox.Session) -> None:
+    """A benchmark on SGLang's CPU wheels, with radix-native (SGLANG_BENCHMARKS; docs/benchmarks.md).
+
+    bench-e2e: SGLang 0.5.23's real HTTP server on each cache, on the Mooncake trace;
+    bench-radix-cache: radix-core vs SGLang's RadixCache on EAGLE workloads; bench-sglang-backend:
+    --radix-cache-backend radix vs SGLang's default cache and RadixCache (`-- --hicache`: with
+    HiCache); bench-anchor: radix-core's tree vs SGLang's default cache and RadixCache, called
+    directly; bench-device-path: a GPU server's device indices, on torch's meta device;
+    bench-tree-core: HiCache's TreeCores; bench-sglang-path: SGLang 0.5.10's EAGLE paths with the
+    adapter off and on."""
+    release, script, default_args, plots = SGLANG_BENCHMARKS[session.name]
+    python = sglang_python(session, release)
     install_radix(session, python, native=True)
-    args = session.posargs or ["--check"]
-    session.run(python, "-W", "ignore", "benchmarks/benchmark_sglang_cache_path.py", *args, external=True)
+    if plots:
+        session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
+    args = session.posargs or default_args
+    session.run(python, "-W", "ignore", f"benchmarks/{script}", *args, external=True)
