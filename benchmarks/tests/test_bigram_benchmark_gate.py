@@ -49,3 +49,10 @@ def test_the_real_kernels_pass_check_even_when_every_speed_target_is_missed(monk
     assert printed.splitlines()[-1].startswith("RESULTS CORRECT:")
     assert benchmark.main(["--check-speed", *QUICK]) == benchmark.EXIT_SPEED_MISSED
     assert capsys.readouterr().out.splitlines()[-1].startswith("RESULTS CORRECT:")
+
+
+def test_a_wrong_pure_path_fails_the_run(monkeypatch, capsys):
+    """radix-core's pure path is held to the list comprehension as the native kernel is."""
+    monkeypatch.setattr(benchmark, "python_convert_to_bigram_key", lambda tokens: convert_to_bigram_key(tokens)[:-1])
+    assert benchmark.main(["--check", *QUICK]) == benchmark.EXIT_WRONG_RESULT
+    assert "MISMATCH n=128: pure path, list(zip(t, it)) is not byte-identical" in capsys.readouterr().out

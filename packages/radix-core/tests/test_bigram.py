@@ -98,6 +98,17 @@ def test_a_tuple_later_in_the_list_is_just_an_item(backend_name):
     assert_same_pairs(convert_to_bigram_key(tokens), tokens)
 
 
+@settings(max_examples=300)
+@given(tokens=st.lists(token_like, max_size=40).filter(lambda t: not t or not isinstance(t[0], tuple)))
+def test_the_pure_path_pairs_what_sglangs_list_comprehension_pairs(tokens):
+    """The reference pairs lists and tuples by iterators: the same pairs of the same objects."""
+    comprehension = [(tokens[i], tokens[i + 1]) for i in range(len(tokens) - 1)]
+    for sequence in (tokens, tuple(tokens)):
+        result = python_convert_to_bigram_key(sequence)
+        assert type(result) is list and result == comprehension
+        assert all(a is c and b is d for (a, b), (c, d) in zip(result, comprehension))
+
+
 def test_list_subclass_gets_the_reference_semantics(backend_name):
     class Shifted(list):
         def __getitem__(self, i):

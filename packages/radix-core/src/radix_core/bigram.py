@@ -36,7 +36,10 @@ def python_convert_to_bigram_key(tokens: Sequence[T]) -> list[tuple[T, T]] | Seq
     """``[t0, t1, t2] -> [(t0, t1), (t1, t2)]``, the reference (SGLang 0.5.10's semantics).
 
     A sequence that already holds tuples is returned as it is (the same object); fewer than two
-    tokens give ``[]``. The pairs hold the very item objects of ``tokens``.
+    tokens give ``[]``. The pairs hold the very item objects of ``tokens``. A list or tuple is
+    paired by CPython's own iterators (``zip`` over it and an iterator one item ahead), which
+    yield the items indexing would; any other sequence is indexed, as SGLang's list comprehension
+    does.
     """
     try:
         count = len(tokens)
@@ -46,6 +49,10 @@ def python_convert_to_bigram_key(tokens: Sequence[T]) -> list[tuple[T, T]] | Seq
         return tokens
     if count < 2:
         return []
+    if type(tokens) is list or type(tokens) is tuple:
+        ahead = iter(tokens)
+        next(ahead)
+        return list(zip(tokens, ahead))
     return [(tokens[i], tokens[i + 1]) for i in range(count - 1)]
 
 
