@@ -384,7 +384,7 @@ def tests_adapter(session: nox.Session, sglang: str) -> None:
 
 @nox.session(name="tests-e2e", venv_backend="none")
 def tests_e2e(session: nox.Session) -> None:
-    """SGLang 0.5.23's real HTTP server on CPU (a dummy-weight tiny Llama), one server at a time:
+    """SGLang 0.5.23's real HTTP server on CPU (a dummy-weight tiny Llama), one serving at a time:
     --radix-cache-backend radix on radix-native and on radix-core's Python tree against SGLang's
     default cache and the no-cache server, request by request (tests/e2e)."""
     run_sglang_tests(session, "0.5.23", True, [END_TO_END_TESTS])

@@ -8,8 +8,8 @@ flags, is the reference for ``cached_tokens``; ``--radix-cache-backend radix`` m
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import workloads
 from sglang_server import (
@@ -46,15 +46,18 @@ class Served:
     loaded_back: int | None = None
 
 
-def serve(config: ServerConfig, models: tuple[Path, Path], log: Path, load: str | None) -> Served:
+def serve(server: Server, load: str | None, when_ready: Callable[[], object] = lambda: None) -> Served:
     """The sequential stream, then the load prompts: one after another (``load="sequential"``, the
-    reference), or from concurrent clients followed by a flush when idle (``"concurrent"``)."""
+    reference), or from concurrent clients followed by a flush when idle (``"concurrent"``).
+    ``when_ready`` runs once the server is up (the fleet starts the next server then)."""
+    config = server.config
     steps = workloads.sequential_stream(VOCAB)
     prompts = workloads.load_prompts(VOCAB)
     outputs: list[tuple[int, ...]] = []
     cached: list[int] = []
     load_outputs = aborted = loaded_back = None
-    with Server(config, models, log) as server:
+    with server:
+        when_ready()
         for _ in steps:
             completion = server.generate(workloads.prompt_of(steps, outputs), MAX_NEW_TOKENS)
             outputs.append(completion.output_ids)

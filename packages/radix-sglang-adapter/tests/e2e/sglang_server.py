@@ -1,4 +1,4 @@
-"""Test-only: SGLang 0.5.23's real HTTP server on this CPU, one at a time, and what its log says.
+"""Test-only: SGLang 0.5.23's real HTTP server on this CPU, serving one at a time, and what its log says.
 
 A server is ``python sglang_server_site/launch_sglang.py`` with a dummy-weight tiny Llama (the same
 weights on every start, so two servers' greedy outputs compare token for token); that directory's
@@ -8,6 +8,7 @@ the end-to-end tests and benchmark.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 SITE = Path(__file__).resolve().parent.parent / "sglang_server_site"
@@ -156,11 +158,17 @@ class Server:
         self.config = config
         self.models = models
         self.log = log
-        self.port = free_port()
+        self.port = 0
         self.process: subprocess.Popen | None = None
 
-    def __enter__(self) -> Server:
+    def start(self) -> Server:
+        """Launches the server without waiting for it: a caller that knows which server comes next
+        starts it while the current one serves (start-up is mostly imports, on the core a request
+        stream leaves idle, and a stop mostly waits). ``with`` starts it if not started yet."""
+        if self.process is not None:
+            return self
         self.log.unlink(missing_ok=True)  # never read a previous run's "fired up"
+        self.port = free_port()
         command = [sys.executable, str(SITE / "launch_sglang.py"), *self.config.arguments(*self.models, self.port)]
         env = self.config.environment()
         with self.log.open("wb") as out:
@@ -168,6 +176,10 @@ class Server:
             self.process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+        return self
+
+    def __enter__(self) -> Server:
+        self.start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while READY not in self.log_text():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -180,15 +192,18 @@ class Server:
         self.stop()
 
     def stop(self) -> None:
-        """SIGTERM to the launcher only: a signal to its whole group reads as a scheduler crash."""
-        if self.process is None or self.process.poll() is not None:
+        """SIGTERM to the launcher only: a signal to its whole group reads as a scheduler crash.
+        Then whatever of its group is left is killed: a launcher stopped while it was starting
+        (before SGLang's handlers were in) leaves its children behind."""
+        if self.process is None:
             return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(os.getpgid(self.process.pid), signal.SIGKILL)
-            self.process.wait()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # its group: start_new_session
+        self.process.wait()
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -230,6 +245,29 @@ class Server:
         (SGLang does so 2 s after the disconnect, if the request is still running)."""
         with self.stream(input_ids, max_new_tokens) as response:
             response.readline()
+
+
+class Lineup:
+    """Servers used one at a time in a known order: ``with Lineup(servers) as lineup: for server in
+    lineup: ...`` gives each one ready and stops it after its turn; the next one starts as soon as
+    the one before is ready. On the way out every server is stopped, started ahead or not."""
+
+    def __init__(self, servers: list[Server]):
+        self.servers = servers
+
+    def __enter__(self) -> Lineup:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for server in self.servers:
+            server.stop()
+
+    def __iter__(self) -> Iterator[Server]:
+        for server, upcoming in zip(self.servers, [*self.servers[1:], None]):
+            with server:
+                if upcoming is not None:
+                    upcoming.start()
+                yield server
 
 
 @dataclasses.dataclass(frozen=True)

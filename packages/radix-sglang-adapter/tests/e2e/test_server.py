@@ -1,13 +1,14 @@
 """SGLang 0.5.23's real HTTP server, on its own cache and on ``--radix-cache-backend radix``.
 
-Servers start one at a time and each runs once per session (``fleet``); a test names the server
-it checks and the servers it compares with. ``nox -s tests-e2e`` runs this module.
+Each server runs once per session (``fleet``), the next one starting while the one before serves;
+a test names the server it checks and the servers it compares with. ``nox -s tests-e2e`` runs this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,37 +85,74 @@ CHECKED = [
 ]
 
 
-class Fleet:
-    """Each configuration served once per session, on demand, one server at a time."""
+def servers_compared(config: ServerConfig) -> list[ServerConfig]:
+    """The servers a check of ``config`` reads, in order: the no-cache reference, SGLang's default
+    cache with the same flags (for a radix server), ``config`` itself."""
+    default_twin = dataclasses.replace(config, cache="default", tree=None)
+    return [REFERENCE, *([default_twin] if config.cache != "default" else []), config]
 
-    def __init__(self, directory):
+
+class Fleet:
+    """Each configuration served once per session, on demand, in the order the selected tests read
+    them (``plan``): while one server serves and stops, the next one in the plan starts."""
+
+    def __init__(self, directory, plan: list[ServerConfig]):
         self.directory = directory
         self.models = write_models(directory / "models")
+        self.plan = plan
         self.served: dict[ServerConfig, Served] = {}
+        self.started: set[ServerConfig] = set()
+        self.starting: dict[ServerConfig, Server] = {}
 
     def __call__(self, config: ServerConfig) -> Served:
         if config not in self.served:
+            server = self.starting.pop(config, None) or self.server(config)
             load = "sequential" if config == REFERENCE else "concurrent" if config in LOADED else None
-            self.served[config] = serve(config, self.models, self.log_path(config.name), load)
+            self.served[config] = serve(server, load, when_ready=self.start_next)
         return self.served[config]
+
+    def server(self, config: ServerConfig) -> Server:
+        self.started.add(config)
+        return Server(config, self.models, self.log_path(config.name))
+
+    def start_next(self) -> None:
+        """Starts the plan's next server not started yet, if any."""
+        upcoming = next((config for config in self.plan if config not in self.started), None)
+        if upcoming is not None:
+            self.starting[upcoming] = self.server(upcoming).start()
+
+    def close(self) -> None:
+        """Stops the servers started ahead that no test read (a deselected or failed test's)."""
+        for server in self.starting.values():
+            server.stop()
 
     def log_path(self, name: str):
         return self.directory / f"{name}.log"
 
 
+def plan_of(items: list[pytest.Item]) -> list[ServerConfig]:
+    """The configurations the selected tests read through the fleet, in the order they read them."""
+    plan: dict[ServerConfig, None] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "config" in callspec.params and "fleet" in item.fixturenames:
+            plan.update(dict.fromkeys(servers_compared(callspec.params["config"])))
+    return list(plan)
+
+
 @pytest.fixture(scope="session")
-def fleet(tmp_path_factory) -> Fleet:
-    return Fleet(tmp_path_factory.mktemp("e2e"))
+def fleet(tmp_path_factory, request) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path_factory.mktemp("e2e"), plan_of(request.session.items))
+    yield fleet
+    fleet.close()
 
 
 @pytest.mark.parametrize("config", CHECKED, ids=lambda config: config.name)
 def test_serves_like_sglang(fleet: Fleet, config: ServerConfig) -> None:
     """Outputs equal the no-cache server's, request by request (under load too); a radix server's
     cached tokens equal SGLang's default cache's with the same flags; a clean log."""
-    reference = fleet(REFERENCE)
-    default_twin = fleet(dataclasses.replace(config, cache="default", tree=None)) if config.cache != "default" else None
-    served = fleet(config)
-    found = disagreements(served, reference, default_twin)
+    reference, *default_twin, served = (fleet(server) for server in servers_compared(config))
+    found = disagreements(served, reference, default_twin[0] if default_twin else None)
     assert not found, f"{config.name} (log: {fleet.log_path(config.name)}):\n" + "\n".join(found[:20])
 
 
