@@ -27,6 +27,7 @@ from fleet import MAX_NEW_TOKENS
 from sglang.srt.disaggregation.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 from sglang_server import (
     VOCAB,
+    Lineup,
     Server,
     ServerConfig,
     cache_impl,
@@ -108,35 +109,29 @@ class EventSubscriber:
 @dataclasses.dataclass
 class Published:
     """Every event one server published for the stream, the sequence numbers of its batches (from
-    the flush that started it), its log."""
+    the flush that started it), its whole log (read once it stopped)."""
 
     events: list[Any]
     sequence: list[int]
     log: str
 
 
-def publish_stream(config: ServerConfig, models: tuple[Path, Path], log: Path, event_format: str) -> Published:
-    """The stream, sequential and greedy: the chats and trace prompts, the first prompt again in
-    each namespace, a flush, that prompt once more, and a flush, whose clear ends the events."""
-    subscriber = EventSubscriber()
-    config = dataclasses.replace(config, flags=("--kv-events-config", subscriber.kv_events_config(event_format)))
+def publish_stream(server: Server, subscriber: EventSubscriber) -> None:
+    """The stream, sequential and greedy, to a ready ``server`` publishing to ``subscriber``: the
+    chats and trace prompts, the first prompt again in each namespace, a flush, that prompt once
+    more, and a flush, whose clear ends the events."""
     steps = workloads.sequential_stream(VOCAB)
     first_prompt = workloads.prompt_of(steps[:1], [])
     outputs: list[tuple[int, ...]] = []
-    try:
-        with Server(config, models, log) as server:
-            subscriber.start_after_a_clear(server)
-            for _ in steps:
-                outputs.append(server.generate(workloads.prompt_of(steps, outputs), MAX_NEW_TOKENS).output_ids)
-            for namespace in NAMESPACES:
-                server.post("/generate", {**request_body(first_prompt, MAX_NEW_TOKENS), **namespace})
-            server.post("/flush_cache?timeout=60")  # an HTTP error (raised) unless it flushed
-            server.generate(first_prompt, MAX_NEW_TOKENS)
-            server.post("/flush_cache?timeout=60")
-            subscriber.receive_until(lambda events: clears(events) == 2)
-        return Published(subscriber.events, subscriber.sequence, server.log_text())
-    finally:
-        subscriber.close()
+    subscriber.start_after_a_clear(server)
+    for _ in steps:
+        outputs.append(server.generate(workloads.prompt_of(steps, outputs), MAX_NEW_TOKENS).output_ids)
+    for namespace in NAMESPACES:
+        server.post("/generate", {**request_body(first_prompt, MAX_NEW_TOKENS), **namespace})
+    server.post("/flush_cache?timeout=60")  # an HTTP error (raised) unless it flushed
+    server.generate(first_prompt, MAX_NEW_TOKENS)
+    server.post("/flush_cache?timeout=60")
+    subscriber.receive_until(lambda events: clears(events) == 2)
 
 
 def clears(events: list[Any]) -> int:
@@ -195,11 +190,27 @@ def test_radix_publishes_the_events_sglang_publishes(tmp_path: Path, event_forma
     """The same stored pages (hashes, parents, tokens, salts), removed blocks and clears, in the
     same order, as SGLang's default cache (UnifiedRadixCache on its Rust TreeCore) publishes."""
     models = write_models(tmp_path / "models")
+    subscribers = {cache: EventSubscriber() for cache in ("default", radix_cache)}
+    servers = [
+        Server(
+            ServerConfig(cache, **EVICTING, flags=("--kv-events-config", subscriber.kv_events_config(event_format))),
+            models,
+            tmp_path / f"{cache}-{event_format}.log",
+        )
+        for cache, subscriber in subscribers.items()
+    ]
+    try:
+        with Lineup(servers) as lineup:
+            for server in lineup:
+                publish_stream(server, subscribers[server.config.cache])
+    finally:
+        for subscriber in subscribers.values():
+            subscriber.close()
     published: dict[str, Published] = {}
-    for cache in ("default", radix_cache):
-        log = tmp_path / f"{cache}-{event_format}.log"
-        published[cache] = publish_stream(ServerConfig(cache, **EVICTING), models, log, event_format)
-        check_served(published[cache], cache, log)
+    for server in servers:
+        subscriber = subscribers[server.config.cache]
+        published[server.config.cache] = Published(subscriber.events, subscriber.sequence, server.log_text())
+        check_served(published[server.config.cache], server.config.cache, server.log)
     expected = normal_form(published["default"].events)
     kinds = Counter(entry[0] for entry in expected)
     assert kinds["stored"] > 100 and kinds["removed"] > 100 and kinds["cleared"] == 2, kinds
