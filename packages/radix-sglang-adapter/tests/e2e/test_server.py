@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import workloads
 from fleet import Served, disagreements, serve
-from sglang_server import VOCAB, Server, ServerConfig, ServerFailed, log_problems, write_models
+from sglang_server import VOCAB, Lineup, Server, ServerConfig, ServerFailed, log_problems, write_models
 
 RETRACT_OFTEN = (("SGLANG_TEST_RETRACT", "1"), ("SGLANG_TEST_RETRACT_INTERVAL", "5"))
 # Page 16, a pool of 64 pages for prompts of up to 320 tokens, prefill in chunks of 64.
@@ -170,48 +170,52 @@ STORED_DOCUMENT = tuple(
 L3_FLAGS = ("--hicache-storage-backend", "file", "--hicache-storage-prefetch-policy", "wait_complete")
 
 
-def stored_server(cache: str, store) -> ServerConfig:
-    """A HiCache server whose L3 is SGLang's ``file`` backend in ``store``."""
-    return ServerConfig(
+def stored_server(fleet: Fleet, cache: str, store: str) -> Server:
+    """A HiCache server whose L3 is SGLang's ``file`` backend in the directory ``l3-{store}``."""
+    config = ServerConfig(
         cache,
         **EVICTING,
         flags=hicache("write_through") + L3_FLAGS,
-        env=(("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", str(store)),),
+        env=(("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", str(fleet.directory / f"l3-{store}")),),
     )
+    name = f"l3-{cache}" if cache == store else f"l3-{cache}-on-{store}"
+    return Server(config, fleet.models, fleet.log_path(name))
 
 
-def ask_about_the_document(fleet: Fleet, config: ServerConfig, name: str, question: int) -> tuple[int, tuple]:
-    """One question on the stored document, on a fresh server, which stays up until the document's
-    pages are in its L3 store (a page a file); its cached tokens and output."""
+def ask_about_the_document(server: Server, question: int) -> tuple[int, tuple]:
+    """One question on the stored document, answered once the document's pages are in the
+    server's L3 store (a page a file): its cached tokens and output."""
     prompt = [*STORED_DOCUMENT, *workloads.tokens(f"stored-question-{question}", 16, VOCAB)]
-    store = dict(config.env)["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
-    with Server(config, fleet.models, fleet.log_path(name)) as server:
-        completion = server.generate(prompt, 8)
-        deadline = time.monotonic() + 60
-        while len(list(Path(store).glob("*.bin"))) < len(prompt) // 16 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        log = server.log_text()
-    assert not log_problems(log), f"{name}: {log_problems(log)[:5]}"
+    store = Path(dict(server.config.env)["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"])
+    completion = server.generate(prompt, 8)
+    deadline = time.monotonic() + 60
+    while len(list(store.glob("*.bin"))) < len(prompt) // 16 and time.monotonic() < deadline:
+        time.sleep(0.5)
     return completion.cached_tokens, completion.output_ids
 
 
-def test_a_second_server_reuses_what_the_first_stored_in_l3(fleet: Fleet) -> None:
-    """SGLang's ``file`` L3 backend: a server backs a document up to a directory; a second one,
-    started on the same directory, finds it there (prefetch) instead of computing it. Radix-core
-    names its pages as SGLang does: a radix server also reuses what SGLang's default stored."""
+def test_l3_serves_what_a_server_stored_there(fleet: Fleet) -> None:
+    """SGLang's ``file`` L3 backend: a server backs a document up to a directory; once a flush has
+    emptied its device and host tiers, it finds the document there (prefetch) instead of computing
+    it, and so does another server started on that directory. Radix-core names its pages as SGLang
+    does: a radix server also reuses what SGLang's default stored."""
+    caches = ("default", "radix-native", "radix-python")
+    on_defaults_store = stored_server(fleet, "radix-native", "default")
     found = {}
-    for cache in ("default", "radix-native", "radix-python"):
-        store = fleet.directory / f"l3-{cache}"
-        config = stored_server(cache, store)
-        first = ask_about_the_document(fleet, config, f"l3-{cache}-first", 0)
-        second = ask_about_the_document(fleet, config, f"l3-{cache}-second", 1)
-        assert first[0] == 0 and second[0] == len(STORED_DOCUMENT), (cache, first[0], second[0])
-        found[cache] = (first, second)
+    with Lineup([*(stored_server(fleet, cache, cache) for cache in caches), on_defaults_store]) as lineup:
+        for server in lineup:
+            if server is on_defaults_store:
+                crossed = ask_about_the_document(server, 1)
+            else:
+                first = ask_about_the_document(server, 0)
+                server.post("/flush_cache?timeout=60")  # non-200 (an error here) unless flushed
+                second = ask_about_the_document(server, 1)
+                assert first[0] == 0 and second[0] == len(STORED_DOCUMENT), (server.config.cache, first[0], second[0])
+                found[server.config.cache] = (first, second)
+            problems = log_problems(server.log_text())
+            assert not problems, f"{server.log.name}: {problems[:5]}"
     for cache in ("radix-native", "radix-python"):
         assert found[cache] == found["default"], f"{cache}: the same answers and cached tokens as SGLang's default"
-    crossed = ask_about_the_document(
-        fleet, stored_server("radix-native", fleet.directory / "l3-default"), "l3-cross", 1
-    )
     assert crossed == found["default"][1], "a radix server reads the default's L3 store as its own"
 
 
