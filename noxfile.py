@@ -35,8 +35,10 @@ TEST_REQUIREMENTS = [
     "numpy==2.4.6; python_version >= '3.11'",
     "numpy==2.2.6; python_version < '3.11'",
 ]
-# The adapter's suites run on both cores (each worker imports SGLang once).
+# The adapter's suites run on both cores (each worker imports SGLang once), and so do radix-core's
+# and radix-native's (tests-pure, -native, -sanitizers, -wheels): CPU-bound, independent tests.
 PARALLEL_TEST_REQUIREMENTS = ["pytest-xdist==3.8.0", "execnet==2.1.2"]
+ON_BOTH_CORES = ["-n", "2"]
 # The local CPU build; any other pin (or none) pulls a multi-GB CUDA build.
 TORCH = "torch==2.13.0"
 MATPLOTLIB = "matplotlib==3.11.2"
@@ -68,12 +70,20 @@ def tests(session: nox.Session) -> None:
     and matplotlib (radix-core[plot]) so the replay's plot is drawn; -pure has neither. -native
     also tests the main job's gate: a deliberately wrong kernel must fail the bigram benchmark."""
     if session.name == "tests-native":
-        session.install(f"{CORE}[native,plot]", NATIVE, SEED_KERNEL, TORCH, MATPLOTLIB, *TEST_REQUIREMENTS)
+        session.install(
+            f"{CORE}[native,plot]",
+            NATIVE,
+            SEED_KERNEL,
+            TORCH,
+            MATPLOTLIB,
+            *TEST_REQUIREMENTS,
+            *PARALLEL_TEST_REQUIREMENTS,
+        )
         suites, expected = [f"{CORE}/tests", f"{NATIVE}/tests", "benchmarks/tests"], "native"
     else:
-        session.install(CORE, *TEST_REQUIREMENTS)
+        session.install(CORE, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
         suites, expected = [f"{CORE}/tests"], "python"
-    session.run("pytest", *suites, *session.posargs, env={"RADIX_EXPECT_BACKEND": expected})
+    session.run("pytest", *ON_BOTH_CORES, *suites, *session.posargs, env={"RADIX_EXPECT_BACKEND": expected})
 
 
 # AddressSanitizer and UndefinedBehaviorSanitizer, every report fatal.
@@ -99,7 +109,7 @@ def tests_sanitizers(session: nox.Session) -> None:
     """radix-native built with ASan and UBSan; its kernel and tree tests, the differential fuzz
     through radix_core and RadixCache's tests (its native tree among them) run under them, and any
     report fails the session."""
-    session.install(CORE, *TEST_REQUIREMENTS)
+    session.install(CORE, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
     session.install(
         NATIVE,
         "--config-settings=build-dir=build/sanitizers",  # never the release build's CMake cache
@@ -129,7 +139,8 @@ def tests_sanitizers(session: nox.Session) -> None:
         "PYTHONMALLOC": "malloc",
         "RADIX_EXPECT_BACKEND": "native",
     }
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *SANITIZED_TESTS, *session.posargs, env=env)
+    pytest = ["python", "-m", "pytest", "-p", "no:cacheprovider", *ON_BOTH_CORES]
+    session.run(*pytest, *SANITIZED_TESTS, *session.posargs, env=env)
 
 
 @nox.session(name="bench")
@@ -237,7 +248,7 @@ def tests_wheels(session: nox.Session, py: str) -> None:
     session.run(interpreter(session, py), "-m", "venv", str(venv), external=True)
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    session.run(*pip, "install", *TEST_REQUIREMENTS, external=True)
+    session.run(*pip, "install", *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS, external=True)
     if py == TORCH_PYTHON:
         session.run(*pip, "install", TORCH, external=True)
     session.run(*pip, "install", "--no-index", "--find-links", str(DIST), "radix-core[native]", external=True)
@@ -251,7 +262,7 @@ def tests_wheels(session: nox.Session, py: str) -> None:
         return output
 
     def run_tests(expected: str, *suites: str) -> None:
-        pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", *suites, *session.posargs]
+        pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", *ON_BOTH_CORES, *suites, *session.posargs]
         session.run(*pytest, env={"RADIX_EXPECT_BACKEND": expected}, external=True)
 
     (core_wheel,) = DIST.glob("radix_core-*.whl")
