@@ -64,7 +64,7 @@ LOADED = {
 }
 CHECKED = [
     # 1. sequential chats, branches and trace prompts, page 1 (radix-core's RadixCache on
-    # radix-native's tree, its default since issue 19, and on its Python tree: RADIX_CORE_TREE=python)
+    # radix-native's tree, its default, and on its Python tree: RADIX_CORE_TREE=python)
     ServerConfig("default"),
     ServerConfig("radix-native"),
     ServerConfig("radix-native", tree="python"),
