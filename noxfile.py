@@ -27,6 +27,9 @@ ROOT = Path(__file__).parent
 CORE = "./packages/radix-core"
 NATIVE = "./packages/radix-native"
 ADAPTER = "./packages/radix-sglang-adapter"
+# radix_testing: the helpers the tests and benchmarks share. Test-only: installed from the source
+# tree into every environment that runs them, never built by `wheels`.
+TESTING = "./testing"
 # hypothesis 6.169+ and numpy 2.3+ need Python 3.11: 3.10 (tests-wheels) gets the last that support it.
 TEST_REQUIREMENTS = [
     "pytest==9.2.0",
@@ -74,6 +77,7 @@ def tests(session: nox.Session) -> None:
             f"{CORE}[native,plot]",
             NATIVE,
             SEED_KERNEL,
+            TESTING,
             TORCH,
             MATPLOTLIB,
             *TEST_REQUIREMENTS,
@@ -81,7 +85,7 @@ def tests(session: nox.Session) -> None:
         )
         suites, expected = [f"{CORE}/tests", f"{NATIVE}/tests", "benchmarks/tests"], "native"
     else:
-        session.install(CORE, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
+        session.install(CORE, TESTING, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
         suites, expected = [f"{CORE}/tests"], "python"
     session.run("pytest", *ON_BOTH_CORES, *suites, *session.posargs, env={"RADIX_EXPECT_BACKEND": expected})
 
@@ -109,7 +113,7 @@ def tests_sanitizers(session: nox.Session) -> None:
     """radix-native built with ASan and UBSan; its kernel and tree tests, the differential fuzz
     through radix_core and RadixCache's tests (its native tree among them) run under them, and any
     report fails the session."""
-    session.install(CORE, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
+    session.install(CORE, TESTING, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
     session.install(
         NATIVE,
         "--config-settings=build-dir=build/sanitizers",  # never the release build's CMake cache
@@ -248,7 +252,7 @@ def tests_wheels(session: nox.Session, py: str) -> None:
     session.run(interpreter(session, py), "-m", "venv", str(venv), external=True)
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    session.run(*pip, "install", *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS, external=True)
+    session.run(*pip, "install", *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS, TESTING, external=True)
     if py == TORCH_PYTHON:
         session.run(*pip, "install", TORCH, external=True)
     session.run(*pip, "install", "--no-index", "--find-links", str(DIST), "radix-core[native]", external=True)
@@ -357,9 +361,9 @@ def native_wheel(session: nox.Session) -> str:
 
 
 def install_radix(session: nox.Session, python: str, native: bool) -> None:
-    """This checkout's radix-core and adapter, with or without radix-native, into a shared env."""
+    """This checkout's radix-core, adapter and test helpers, with or without radix-native, into a shared env."""
     pip = [python, "-m", "pip", "--disable-pip-version-check"]
-    session.run(*pip, "install", "--quiet", "--no-deps", "--force-reinstall", CORE, ADAPTER, external=True)
+    session.run(*pip, "install", "--quiet", "--no-deps", "--force-reinstall", CORE, ADAPTER, TESTING, external=True)
     if native:
         session.run(*pip, "install", "--quiet", "--no-deps", "--force-reinstall", native_wheel(session), external=True)
     else:
