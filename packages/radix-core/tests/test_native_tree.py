@@ -11,8 +11,8 @@ from array import array
 
 import pytest
 
-from cache_invariants import check_invariants
 from radix_core import RadixCache, RadixKey, TreeNode, _backend
+from radix_testing.cache_invariants import check_invariants
 
 
 def test_which_tree_a_cache_gets(native_tree):

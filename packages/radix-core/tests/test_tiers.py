@@ -19,8 +19,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from cache_invariants import check_tiered_invariants
 from radix_core import WRITE_POLICIES, RadixKey, TieredRadixCache
+from radix_testing.cache_invariants import check_tiered_invariants
 
 SEGMENTS = [[7, 7, 7, 7], [1, 2, 3, 4, 5, 6], [9, 8]]
 keys = st.tuples(
