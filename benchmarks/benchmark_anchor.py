@@ -47,10 +47,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
+from radix_testing import sglang_cpu_shim  # test-only shim: SGLang imports on CPU
 
-import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
+REPO = Path(__file__).resolve().parents[1]
 
 sglang_cpu_shim.install()
 
@@ -66,11 +65,11 @@ from sglang.srt.mem_cache.radix_cache import RadixKey as SGLangRadixKey  # noqa:
 from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
 
 import radix_core  # noqa: E402
-import scheduler_harness as sh  # noqa: E402
 from radix_core._backend import python_reference_only  # noqa: E402
 from radix_core.key import common_prefix_length  # noqa: E402
 from radix_core.native_tree import device_path  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
+from radix_testing import scheduler_harness as sh  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
 BASELINE = "SGLang default"

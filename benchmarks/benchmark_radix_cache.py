@@ -31,12 +31,8 @@ import sys
 import time
 from array import array
 from collections.abc import Callable
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
-
-import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
+from radix_testing import sglang_cpu_shim  # test-only shim: SGLang imports on CPU
 
 sglang_cpu_shim.install()
 

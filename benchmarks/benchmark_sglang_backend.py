@@ -70,11 +70,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
-sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests" / "sglang_server_site"))
+from radix_testing import sglang_server_shims  # test-only: SGLang imports on CPU, and HiCache's host tier runs there
 
-import sglang_server_shims  # noqa: E402  (test-only: SGLang imports on CPU, and HiCache's host tier runs there)
+REPO = Path(__file__).resolve().parents[1]
 
 sglang_server_shims.install()
 
@@ -93,9 +91,9 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
 import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
-import scheduler_harness as sh  # noqa: E402
 from radix_core._backend import python_reference_only, tree_by_default  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
+from radix_testing import scheduler_harness as sh  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
 BASELINE = "SGLang default"

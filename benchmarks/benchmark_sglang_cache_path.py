@@ -25,12 +25,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
-
-import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
+from radix_testing import sglang_cpu_shim  # test-only shim: SGLang imports on CPU
 
 sglang_cpu_shim.install()
 
@@ -39,8 +35,8 @@ from sglang.srt.mem_cache import radix_cache  # noqa: E402
 
 import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
-import sglang_harness as sg  # noqa: E402
 from radix_core._backend import python_reference_only  # noqa: E402
+from radix_testing import sglang_harness as sg  # noqa: E402
 
 VOCAB = 152_064
 CHUNK = 8192

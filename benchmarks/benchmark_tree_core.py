@@ -38,10 +38,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests"))
+from radix_testing import sglang_cpu_shim  # test-only shim: SGLang imports on CPU
 
-import sglang_cpu_shim  # noqa: E402  (test-only shim: SGLang imports on CPU)
+REPO = Path(__file__).resolve().parents[1]
 
 sglang_cpu_shim.install()
 

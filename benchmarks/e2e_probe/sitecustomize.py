@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-import sglang_server_shims
+from radix_testing import sglang_server_shims
 
 sglang_server_shims.install()
 

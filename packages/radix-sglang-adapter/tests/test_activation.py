@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import radix_sglang_adapter as adapter
-import sglang_harness as sg
 from radix_sglang_adapter import _activation, patching
 from radix_sglang_adapter._startup import activate_when_imported
+from radix_testing import sglang_harness as sg
 
 UTILS = importlib.import_module("sglang.srt.mem_cache.utils")
 ORIGINAL = getattr(UTILS, "convert_to_bigram_key", None)  # before any activation in this process

@@ -9,17 +9,15 @@ import subprocess
 import sys
 import textwrap
 from array import array
-from pathlib import Path
 
 import pytest
 import torch
 
 import radix_core
 import radix_sglang_adapter as adapter
-import sglang_harness as sg
-from spawn_targets import build_tree_cache_in_sglang_child
+from radix_testing import sglang_harness as sg
+from radix_testing.spawn_targets import build_tree_cache_in_sglang_child
 
-TESTS_DIR = Path(__file__).parent
 needs_backend = pytest.mark.skipif(not sg.HAS_CHECKPOINT, reason="the backend serves SGLang 0.5.22+ (tested on 0.5.23)")
 
 if sg.HAS_CHECKPOINT:
@@ -27,8 +25,8 @@ if sg.HAS_CHECKPOINT:
     from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
     from sglang.srt.mem_cache.registry import create_tree_cache
 
-    import scheduler_harness as sh
     from radix_sglang_adapter.backend.cache import RadixCoreCache
+    from radix_testing import scheduler_harness as sh
 
 
 @pytest.fixture(autouse=True)
@@ -279,10 +277,9 @@ def test_reset_empties_the_tree_and_the_sizes(backend_name):
 # ----- a native failure while serving --------------------------------------------------------------
 
 NATIVE_FAILURE = """
-    import logging, sys
-    sys.path.insert(0, {tests!r})
-    import sglang_cpu_shim; sglang_cpu_shim.install()
-    import scheduler_harness as sh
+    import logging
+    from radix_testing import sglang_cpu_shim; sglang_cpu_shim.install()
+    from radix_testing import scheduler_harness as sh
     import radix_core, radix_native, radix_native._tree
     from radix_sglang_adapter.backend.cache import RadixCoreCache
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
@@ -313,7 +310,7 @@ NATIVE_FAILURE = """
 @pytest.mark.skipif(os.environ.get("RADIX_EXPECT_BACKEND") != "native", reason="needs radix-native")
 @needs_backend
 def test_a_native_failure_while_serving_falls_back_to_python_once():
-    script = textwrap.dedent(NATIVE_FAILURE.format(tests=str(TESTS_DIR)))
+    script = textwrap.dedent(NATIVE_FAILURE)
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=300)
     assert "ANSWERS True python" in done.stdout, done.stdout + done.stderr[-3000:]
     assert done.stderr.count("injected native failure") == 1, done.stderr[-3000:]

@@ -18,20 +18,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sglang_harness as sg
+from radix_testing import sglang_harness as sg
 
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
-from request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
 from sglang.srt.disaggregation.kv_events import KVEventBatch  # noqa: E402
 from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 
-import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
-from kv_event_router import Router, cached_blocks  # noqa: E402
 from radix_core.native_tree import device_path  # noqa: E402
 from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
+from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from radix_testing.kv_event_router import Router, cached_blocks  # noqa: E402
+from radix_testing.request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
 
 namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")])
 operations = st.lists(

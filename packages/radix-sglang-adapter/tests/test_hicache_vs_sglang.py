@@ -19,20 +19,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sglang_harness as sg
+from radix_testing import sglang_harness as sg
 
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
-from request_streams import MAX_LIVE, play, prompts  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams, MatchPrefixParams  # noqa: E402
 from sglang.srt.mem_cache.hicache_storage import PoolName  # noqa: E402
 from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
 
-import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from radix_sglang_adapter.backend.factory import build_cache  # noqa: E402
 from radix_sglang_adapter.backend.hicache import RadixCoreHiCache  # noqa: E402
 from radix_sglang_adapter.backend.refusals import tree_core_route  # noqa: E402
+from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from radix_testing.request_streams import MAX_LIVE, play, prompts  # noqa: E402
 
 operations = st.lists(
     st.one_of(

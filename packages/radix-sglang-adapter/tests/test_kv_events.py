@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import sglang_harness as sg
+from radix_testing import sglang_harness as sg
 
 if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
@@ -27,7 +27,6 @@ from sglang.srt.mem_cache.radix_cache import RadixCache as SGLangRadixCache  # n
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
 
-import scheduler_harness as sh  # noqa: E402
 from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
 from radix_sglang_adapter.backend.kv_events import (  # noqa: E402
     DIGEST_BYTES,
@@ -36,6 +35,7 @@ from radix_sglang_adapter.backend.kv_events import (  # noqa: E402
     page_digests,
     python_page_digests,
 )
+from radix_testing import scheduler_harness as sh  # noqa: E402
 
 token_ids = st.one_of(st.integers(0, 300), st.integers(0, 2**32 - 1), st.integers(2**32 - 2, 2**63 - 1))
 

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import radix_sglang_adapter as adapter
-import sglang_harness as sg
-from call_counting import count_calls
-from test_sglang_paths import serve
+from radix_testing import sglang_harness as sg
+from radix_testing.call_counting import count_calls
+from radix_testing.sglang_harness import serve
 
 radix_cache = importlib.import_module("sglang.srt.mem_cache.radix_cache")
 SGLANG_MATCH_AT = getattr(radix_cache.RadixKey, "match_at", None)  # before any activation

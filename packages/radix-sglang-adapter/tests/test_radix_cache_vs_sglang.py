@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sglang_harness as sg
 from radix_core import RadixCache, RadixKey
+from radix_testing import sglang_harness as sg
 
 pytestmark = pytest.mark.skipif(sg.CALLS_CONVERT, reason="the differential test targets SGLang >= 0.5.12 (0.5.23)")
 

@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 import radix_sglang_adapter as adapter
-import sglang_harness as sg
-from spawn_targets import report_patching_in_sglang_child
-
-TESTS_DIR = Path(__file__).parent
+from radix_testing import sglang_harness as sg
+from radix_testing.spawn_targets import report_patching_in_sglang_child
 
 
 def run_in_spawned_child(monkeypatch, load_plugins: bool, **env: str) -> dict:
@@ -57,8 +55,8 @@ def test_kill_switch_wins_over_automatic_activation(monkeypatch):
 
 def run_doctor(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """`python -m radix_sglang_adapter doctor` in a fresh interpreter (shim loaded by sitecustomize)."""
-    (tmp_path / "sitecustomize.py").write_text("import sglang_cpu_shim\nsglang_cpu_shim.install()\n")
-    path = os.pathsep.join([str(tmp_path), str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])
+    (tmp_path / "sitecustomize.py").write_text("from radix_testing import sglang_cpu_shim\nsglang_cpu_shim.install()\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     child_env = {name: value for name, value in os.environ.items() if name != adapter.DISABLE_ENV}
     child_env.update(PYTHONPATH=path, **env)
     command = [sys.executable, "-W", "ignore", "-m", "radix_sglang_adapter", "doctor"]

@@ -1,14 +1,15 @@
 """Test-only: what SGLang 0.5.23's real HTTP server needs to serve on this CPU-only machine.
 
 ``install()`` runs at start-up in the launcher *and* in every process SGLang spawns (scheduler,
-detokenizer), from the ``sitecustomize`` beside this file: the end-to-end tests and benchmark put
-this directory first on their servers' ``PYTHONPATH``. A patch applied in the launcher alone would
-not reach the spawned processes. Never shipped: only ``tests/`` and ``benchmarks/`` use it.
+detokenizer), from the ``sitecustomize`` of the servers' site directory
+(``packages/radix-sglang-adapter/tests/sglang_server_site``): the end-to-end tests and benchmark put
+that directory first on their servers' ``PYTHONPATH``. A patch applied in the launcher alone would
+not reach the spawned processes. Never shipped: only tests and benchmarks use it.
 
 What each shim is for:
 - torchvision stand-in (``sglang_cpu_shim``): no torchvision wheel imports beside the local CPU
   torch, yet SGLang's config chain imports ``torchvision.transforms`` in every process.
-- ``sgl_kernel`` (the ``sgl_kernel.py`` beside this file): SGLang's CPU kernels are not on PyPI;
+- ``sgl_kernel`` (the site directory's ``sgl_kernel.py``): SGLang's CPU kernels are not on PyPI;
   the stand-in computes the few ops a Llama server calls, from SGLang's own reference kernels, and
   raises on every other op, so it can never give a silent wrong answer.
 - The page-size > 1 last-location path: with EAGLE's ``intel_amx`` attention backend SGLang takes
@@ -21,20 +22,19 @@ What each shim is for:
   host pools pin nothing, the streams' waits are no-ops (CPU copies are done when they return), and
   the three direct copies the layer_first and page_first layouts use are written in torch from
   their definitions (a token's KV rows, gathered and scattered by index).
-- AMX (``launch_sglang.py``, the launcher only): ``intel_amx`` is the one CPU attention backend with
-  an EAGLE draft backend; on a CPU without AMX SGLang's argument resolution swaps it for
-  ``torch_native``, which refuses EAGLE, unless the launcher's platform says AMX is there.
+- AMX (the site directory's ``launch_sglang.py``, the launcher only): ``intel_amx`` is the one CPU
+  attention backend with an EAGLE draft backend; on a CPU without AMX SGLang's argument resolution
+  swaps it for ``torch_native``, which refuses EAGLE, unless the launcher's platform says AMX is there.
 """
 
 from __future__ import annotations
 
 import importlib.abc
-import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where sglang_cpu_shim lives
+from radix_testing import sglang_cpu_shim
 
 _PATCHES: dict[str, Callable[[ModuleType], None]] = {}
 
@@ -124,9 +124,6 @@ def _cpu_streams_wait_for_nothing() -> None:
 
 def install() -> None:
     """Every shim but AMX (which the launcher applies to itself); call once per process, first."""
-    sys.path.insert(1, TESTS)
-    import sglang_cpu_shim
-
     sglang_cpu_shim.install()
     patch_after_import("sglang.srt.mem_cache.allocation", _use_torch_last_loc)
     patch_after_import("sglang.srt.mem_cache.pool_host.common", _no_host_registration)

@@ -100,3 +100,38 @@ def make_request(pool: ReqToTokenPool, row: int, prompt: list[int], output: list
         prefix_indices=torch.empty(0, dtype=torch.int64),
         pop_committed_kv_cache=lambda: len(tokens),
     )
+
+
+# What serve() plays: requests on one system prompt, diverging after it or ending inside it, one
+# sharing nothing, and the first one's next turn (its prompt and answer, then more).
+SYSTEM_PROMPT = [(7 * i) % 97 + 3 for i in range(120)]
+REQUESTS = [
+    (SYSTEM_PROMPT + [11, 12, 13], [40, 41, 42, 43]),
+    (SYSTEM_PROMPT + [11, 12, 99], [44, 45]),
+    (SYSTEM_PROMPT[:50], [46]),
+    ([5, 6, 7, 8], [9, 10]),
+    (SYSTEM_PROMPT + [11, 12, 13, 40, 41, 42, 43, 77], [78, 79, 80]),
+]
+
+
+def serve(page_size: int = 1) -> list:
+    """A scheduler's life of each request on an EAGLE RadixCache; returns everything observable."""
+    pool = ReqToTokenPool(rows=len(REQUESTS), width=512)
+    cache = make_cache(page_size=page_size, is_eagle=True, pool=pool)
+    seen: list = []
+    for row, (prompt, output) in enumerate(REQUESTS):
+        matched, node, indices = match(cache, prompt)
+        seen.append(("match", matched, indices.tolist()))
+        request = make_request(pool, row, prompt, output, cache.root_node)
+        if CALLS_CONVERT:
+            cache.inc_lock_ref(node)
+            request.last_node = node
+            cache.cache_unfinished_req(request)
+            seen.append(("unfinished", request.prefix_indices.tolist(), request.cache_protected_len))
+            cache.cache_finished_req(request)
+        else:
+            insert(cache, prompt + output, pool.req_to_token[row, : len(prompt + output)].clone())
+        seen.append(("sizes", cache.evictable_size(), cache.protected_size(), cache.total_size()))
+    seen.append(("freed", [v.tolist() for v in cache.token_to_kv_pool_allocator.freed]))
+    seen.append(("evicted", evict(cache, 60), cache.evictable_size()))
+    return seen

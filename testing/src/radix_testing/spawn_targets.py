@@ -1,8 +1,9 @@
-"""Code that runs in spawned children (they import this module to find it)."""
+"""Code that runs in spawned children: a child imports this module by name to find it, so it
+lives in an installed package, not in a test directory."""
 
 from __future__ import annotations
 
-import sglang_cpu_shim
+from radix_testing import sglang_cpu_shim
 
 
 def report_patching_in_sglang_child(load_plugins: bool) -> dict:
@@ -37,7 +38,7 @@ def build_tree_cache_in_sglang_child(backend_name: str) -> dict:
     load_plugins()
     from sglang.srt.mem_cache.registry import create_tree_cache
 
-    import scheduler_harness as sh
+    from radix_testing import scheduler_harness as sh
 
     records: list[str] = []
     handler = logging.Handler()
