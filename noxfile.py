@@ -154,7 +154,7 @@ def bench(session: nox.Session) -> None:
     interleaved speed table beside the seed-style kernel; arguments go to it). The exit status says
     whether the results are right (--check); speed targets are printed PASS/MISS with the CPU model
     and fail the run only with `nox -s bench -- --check-speed`."""
-    session.install(f"{CORE}[native]", NATIVE, SEED_KERNEL)
+    session.install(f"{CORE}[native]", NATIVE, SEED_KERNEL, TESTING)
     session.run("python", "benchmarks/benchmark_replay.py", "--check")
     session.run("python", "benchmarks/benchmark_convert_to_bigram_key.py", *(session.posargs or ["--check"]))
 

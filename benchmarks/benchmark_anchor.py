@@ -65,11 +65,10 @@ from sglang.srt.mem_cache.radix_cache import RadixKey as SGLangRadixKey  # noqa:
 from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
 
 import radix_core  # noqa: E402
-from radix_core._backend import python_reference_only  # noqa: E402
 from radix_core.key import common_prefix_length  # noqa: E402
-from radix_core.native_tree import device_path  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402
+from radix_testing.backends import device_path, python_reference_only  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
 BASELINE = "SGLang default"

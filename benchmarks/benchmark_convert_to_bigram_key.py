@@ -40,7 +40,7 @@ from _report import cpu_model, report
 
 import radix_core
 from radix_core import convert_to_bigram_key, pack_bigram_keys, python_convert_to_bigram_key, python_pack_bigram_keys
-from radix_core._backend import verifying
+from radix_testing.backends import verifying
 
 DEFAULT_SIZES = [2**k for k in range(7, 18)]  # 128 .. 131072
 VOCAB = 152_064  # Qwen2-sized vocabulary: realistic token ids, none of them small cached ints

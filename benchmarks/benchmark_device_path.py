@@ -29,7 +29,7 @@ from _report import cpu_model, report
 from benchmark_anchor import CAPACITIES, DEFAULT_TRACE, RadixCoreTree, timed_requests, trace_stream
 
 import radix_core
-from radix_core.native_tree import device_path
+from radix_testing.backends import device_path
 
 PYTHON_NODES = "Python nodes (the default)"
 DEVICE_PATH = "device path (RADIX_CORE_DEVICE_TREE=native)"

@@ -46,7 +46,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey as SGLangRadixKey  # noqa:
 
 import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
-from radix_core._backend import python_reference_only  # noqa: E402
+from radix_testing.backends import python_reference_only  # noqa: E402
 
 VOCAB = 152_064
 Request = tuple[array, array, torch.Tensor]  # prompt tokens, prompt + output tokens, KV indices

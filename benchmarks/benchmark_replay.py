@@ -22,9 +22,9 @@ from _report import cpu_model
 
 import radix_core
 from radix_core.__main__ import capacity_list
-from radix_core._backend import python_reference_only
 from radix_core.replay import ReplayResult, replay
 from radix_core.trace import TokenExpander, read_trace
+from radix_testing.backends import python_reference_only
 
 TRACE = Path(__file__).resolve().parent / "data" / "mooncake_synthetic_trace.jsonl"
 

@@ -91,9 +91,9 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
 import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
-from radix_core._backend import python_reference_only, tree_by_default  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402
+from radix_testing.backends import python_reference_only, tree_by_default  # noqa: E402
 
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
 BASELINE = "SGLang default"

@@ -35,8 +35,8 @@ from sglang.srt.mem_cache import radix_cache  # noqa: E402
 
 import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
-from radix_core._backend import python_reference_only  # noqa: E402
 from radix_testing import sglang_harness as sg  # noqa: E402
+from radix_testing.backends import python_reference_only  # noqa: E402
 
 VOCAB = 152_064
 CHUNK = 8192

@@ -56,9 +56,9 @@ from sglang.srt.mem_cache.unified_cache.components.full import FullComponent  # 
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore  # noqa: E402
 
 import radix_core  # noqa: E402
-from radix_core._backend import python_reference_only  # noqa: E402
 from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 from radix_sglang_adapter.backend.tree_core import RadixTreeCore  # noqa: E402
+from radix_testing.backends import python_reference_only  # noqa: E402
 
 FULL = ComponentType.FULL
 DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"

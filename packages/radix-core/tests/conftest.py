@@ -2,7 +2,7 @@
 
 from hypothesis import HealthCheck, settings
 
-from radix_core.testing import backend_name, native_tree  # noqa: F401  (the fixtures)
+from radix_testing.backend_fixtures import backend_name, native_tree  # noqa: F401  (the fixtures)
 from radix_testing.clock import ticking_clock  # noqa: F401  (the fixture)
 
 # backend_name only selects a mode, so sharing it across the examples of one test is what we want.

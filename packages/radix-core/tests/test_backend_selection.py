@@ -14,7 +14,7 @@ import pytest
 
 from radix_core import BACKEND_ENV, DEVICE_TREE_ENV, SGLANG_KILL_SWITCH_ENV, TREE_ENV, _backend
 from radix_core._backend import NATIVE_KERNEL_ABI, VERIFY_ENV
-from radix_core.testing import expected_backend
+from radix_testing.backend_fixtures import expected_backend
 
 # A stand-in radix_native; each test appends definitions that make it misbehave its own way.
 FAKE_NATIVE = f"""

@@ -604,3 +604,23 @@ def test_a_split_keeps_the_larger_part_of_a_tensor_value_as_a_view(backend_name)
     assert top.children[10].value.untyped_storage().data_ptr() == stored, "50 of 100: a view"
     assert torch.equal(cache.match_prefix(list(range(100))).indices, torch.arange(1000, 1100))
     check_invariants(cache)
+
+
+def test_a_cache_orders_by_the_clock_it_is_given(backend_name):
+    """A clock running backwards makes the most recently used entry the oldest: LRU evicts it."""
+    readings = iter(range(10_000, 0, -1))
+    freed: list[int] = []
+    cache = RadixCache(on_evict=freed.extend, clock=lambda: float(next(readings)))
+    cache.insert([1, 2, 3])
+    cache.insert([7, 8])
+    cache.match_prefix([1, 2, 3])
+    assert cache.match_prefix([1, 2, 3]).last_node.last_access_time < 10_000
+    assert cache.evict(1) == 3
+    assert freed == [1, 2, 3]
+
+
+def test_a_cache_reads_time_monotonic_as_it_is_when_the_cache_is_made(backend_name, monkeypatch):
+    made_before = RadixCache()
+    monkeypatch.setattr(time, "monotonic", lambda: 42.0)
+    assert RadixCache().clock() == 42.0
+    assert made_before.clock is not time.monotonic

@@ -13,7 +13,7 @@ from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from radix_core import RadixCache, RadixKey, _backend
 from radix_core.device_values import DeviceArena
-from radix_core.native_tree import device_path
+from radix_testing.backends import device_path
 from radix_testing.cache_invariants import check_invariants
 from radix_testing.cache_machine import make_machine
 

@@ -12,6 +12,7 @@ from array import array
 import pytest
 
 from radix_core import RadixCache, RadixKey, TreeNode, _backend
+from radix_testing.backends import python_reference_only, tree_by_default
 from radix_testing.cache_invariants import check_invariants
 
 
@@ -22,11 +23,11 @@ def test_which_tree_a_cache_gets(native_tree):
     assert RadixCache(node_class=with_state, tree="native").tree_kind == "python"
     with pytest.raises(ValueError, match="tree must be one of"):
         RadixCache(tree="rust")
-    with _backend.tree_by_default("native"):
+    with tree_by_default("native"):
         assert RadixCache().tree_kind == "native"
-        with _backend.python_reference_only():
+        with python_reference_only():
             assert RadixCache().tree_kind == "python"
-    with _backend.tree_by_default("python"):
+    with tree_by_default("python"):
         assert RadixCache().tree_kind == "python"
 
 

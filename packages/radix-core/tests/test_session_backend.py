@@ -8,7 +8,7 @@ from importlib.metadata import requires
 import pytest
 
 import radix_core
-from radix_core.testing import expected_backend
+from radix_testing.backend_fixtures import expected_backend
 
 EXPECTED_BACKEND = expected_backend()
 

@@ -14,7 +14,6 @@ import collections
 import gc
 import itertools
 import time
-import types
 from array import array
 
 import pytest
@@ -23,7 +22,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import radix_core
-import radix_core.python_tree
 from radix_core.cache import EVICTION_POLICIES
 from radix_native import _tree  # a missing module fails the native session
 
@@ -32,8 +30,8 @@ tokens = st.lists(st.integers(0, 3), max_size=14)
 
 
 class TickingClock:
-    """time.monotonic as radix_core.python_tree reads it: a new tick per read, the reads of the running
-    step kept for the native tree."""
+    """A clock for the Python tree: a new tick per read, the reads of the running step kept for the
+    native tree."""
 
     def __init__(self) -> None:
         self.ticks = itertools.count(1)
@@ -59,21 +57,20 @@ class TreeAgainstPython(RuleBasedStateMachine):
     @initialize(page=st.sampled_from([1, 2]), eagle=st.booleans(), policy=st.sampled_from(sorted(EVICTION_POLICIES)))
     def build(self, page: int, eagle: bool, policy: str) -> None:
         self.clock = TickingClock()
-        self.saved_time = radix_core.python_tree.time
-        radix_core.python_tree.time = types.SimpleNamespace(monotonic=self.clock.monotonic)  # type: ignore[assignment]
         self.freed: list[int] = []
         self.python = radix_core.RadixCache(
-            page, eagle, policy, on_evict=lambda value: self.freed.extend(value), tree="python"
+            page,
+            eagle,
+            policy,
+            on_evict=lambda value: self.freed.extend(value),
+            tree="python",
+            clock=self.clock.monotonic,
         )
         self.native = _tree.Tree(page, eagle, policy)
         self.namespace_numbers = {name: number for number, name in enumerate(NAMESPACES)}
         self.next_value = 1000
         self.nodes: list[tuple[object, int, int]] = []  # (Python node, native id, generation)
         self.locks: list[tuple[object, int, int]] = []
-
-    def teardown(self) -> None:
-        if hasattr(self, "saved_time"):
-            radix_core.python_tree.time = self.saved_time
 
     def step(self) -> None:
         self.clock.read = []

@@ -7,8 +7,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-from radix_core.testing import backend_name, native_tree  # noqa: F401  (the fixtures)
 from radix_testing import sglang_server_shims
+from radix_testing.backend_fixtures import backend_name, native_tree  # noqa: F401  (the fixtures)
 from radix_testing.clock import ticking_clock  # noqa: F401  (the fixture)
 
 settings.register_profile("radix", suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)

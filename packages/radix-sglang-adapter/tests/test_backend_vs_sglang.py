@@ -27,9 +27,9 @@ from sglang.srt.disaggregation.kv_events import KVEventBatch  # noqa: E402
 from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 
-from radix_core.native_tree import device_path  # noqa: E402
 from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from radix_testing.backends import device_path  # noqa: E402
 from radix_testing.kv_event_router import Router, cached_blocks  # noqa: E402
 from radix_testing.request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
 

@@ -34,8 +34,6 @@ from .key import RadixKey, common_prefix_length, python_common_prefix_length  # 
 from .tiers import (  # noqa: E402
     WRITE_POLICIES,
     HostInsertResult,
-    TieredInsertResult,
-    TieredMatchResult,
     TieredNode,
     TieredRadixCache,
 )
@@ -57,8 +55,6 @@ __all__ = [
     "RadixCache",
     "RadixKey",
     "HostInsertResult",
-    "TieredInsertResult",
-    "TieredMatchResult",
     "TieredNode",
     "TieredRadixCache",
     "TreeNode",

@@ -6,7 +6,6 @@ a one-way switch to Python when a native kernel fails (logged once, never raised
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -14,7 +13,7 @@ import logging
 import os
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
@@ -233,49 +232,6 @@ def _native_failed(kernel: str, reason: str) -> None:
         reason = f"native {kernel} {reason}"
         _status = dataclasses.replace(_status, active="python", reason=reason)
     logger.warning("%s; radix_core uses the Python reference from now on", reason)
-
-
-@contextlib.contextmanager
-def python_reference_only() -> Iterator[None]:
-    """Run a block on the Python reference whatever is loaded (tests and benchmarks compare both
-    in one process; not meant for use while other threads call the kernels)."""
-    global native_kernels
-    saved = native_kernels
-    native_kernels = None
-    try:
-        yield
-    finally:
-        native_kernels = saved
-
-
-@contextlib.contextmanager
-def tree_by_default(tree: str) -> Iterator[None]:
-    """Make RadixCache keep its nodes in ``tree`` unless told otherwise, within a block, as
-    RADIX_CORE_TREE does for a process (tests and benchmarks)."""
-    global default_tree
-    if tree not in TREE_CHOICES:
-        raise ValueError(f"tree must be one of: {', '.join(TREE_CHOICES)}; not {tree!r}")
-    saved = default_tree
-    default_tree = tree
-    try:
-        yield
-    finally:
-        default_tree = saved
-
-
-@contextlib.contextmanager
-def verifying(fraction: float) -> Iterator[None]:
-    """Check a share of native calls against the reference within a block, as RADIX_CORE_VERIFY
-    does for a process (tests and benchmarks). The countdown to the next check goes on across
-    blocks, so that many short blocks check their share too."""
-    global _verify_stride, _calls_to_verify
-    saved = _verify_stride
-    _verify_stride = _stride(fraction)
-    _calls_to_verify = min(_calls_to_verify, _verify_stride) or _verify_stride
-    try:
-        yield
-    finally:
-        _verify_stride = saved
 
 
 def _observed(result: Any) -> Any:

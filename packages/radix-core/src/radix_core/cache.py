@@ -53,6 +53,11 @@ class RadixCache:
     set: a cache that cannot have it gets the Python tree, quietly). ``tree_kind`` says which
     holds the nodes now.
 
+    ``clock``: what the tree reads for access and creation times (recency policies order by
+    them); ``time.monotonic`` as the ``time`` module has it when the cache is made, unless given.
+    On the system's clock the native store reads it in C++; on another (a test's ticking clock) it
+    reads it from Python, as often as the Python store would.
+
     Threads: one writer at a time, as SGLang's scheduler uses its cache. Every method, matches
     included (they split nodes and reorder eviction), changes the tree; callers that share a cache
     between threads hold one lock around every call.
@@ -69,12 +74,13 @@ class RadixCache:
         node_class: type[TreeNode] = TreeNode,
         *,
         tree: str | None = None,
+        clock: Callable[[], float] | None = None,
     ):
         if tree is None:
             tree = _backend.default_tree
         elif tree not in _backend.TREE_CHOICES:
             raise ValueError(f"tree must be one of: {', '.join(_backend.TREE_CHOICES)}; not {tree!r}")
-        arguments = (page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class)
+        arguments = (page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class, clock)
         self._store: PythonTree
         if tree == "native" and adds_no_state(node_class) and _backend.native_tree_module() is not None:
             self._store = NativeTree(weakref.ref(self), *arguments)
@@ -87,6 +93,7 @@ class RadixCache:
     is_eagle = property(lambda self: self._store.is_eagle, doc="Whether keys are read as bigrams.")
     eviction_policy = property(lambda self: self._store.eviction_policy, doc="One of EVICTION_POLICIES.")
     node_class = property(lambda self: self._store.node_class, doc="The class of the tree's nodes.")
+    clock = property(lambda self: self._store.clock, doc="What the tree reads for access and creation times.")
 
     @property
     def on_evict(self) -> Callable[[Any], None] | None:

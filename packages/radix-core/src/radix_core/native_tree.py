@@ -25,7 +25,6 @@ and nothing cached is lost.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import logging
@@ -33,7 +32,7 @@ import sys
 import time
 import weakref
 from array import array
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from typing import Any, cast
 
 from . import _backend
@@ -46,7 +45,7 @@ __all__ = ["NativeNode", "NativeTree", "RebuiltTree", "TreeUnusable"]
 
 logger = logging.getLogger("radix_core")
 
-_SYSTEM_MONOTONIC = time.monotonic  # the clock the tree reads itself (tests tick their own)
+_SYSTEM_MONOTONIC = time.monotonic  # the clock the tree can read itself, in C++
 _MATCH_READINGS = 3  # a match's own clock reading, then two for the node a split makes
 # an insert's own, then two for each of the three nodes it may make (a split of the node the key
 # leaves, and the new part cut in two at split_at)
@@ -54,20 +53,7 @@ _INSERT_READINGS = 7
 _NO_NODE = 2**32 - 1  # the tree's "no known path"
 _HANDLE_SLACK = 16  # entries of handles gone that a registry may keep, past twice its live ones
 _CALLER_ERRORS = (ValueError, TypeError, OverflowError)  # a bad call, not a broken tree
-_arena_for_cpu_tensors = False  # tests: CPU tensors take the device path as well (no GPU in CI)
-
-
-@contextlib.contextmanager
-def device_path() -> Iterator[None]:
-    """Within a block, new caches keep tensor values in a device arena, CPU tensors included, as
-    RADIX_CORE_DEVICE_TREE=native keeps a GPU's (tests and benchmarks, where there is no GPU)."""
-    global _arena_for_cpu_tensors
-    saved = _arena_for_cpu_tensors, _backend.device_tree
-    _arena_for_cpu_tensors, _backend.device_tree = True, "native"
-    try:
-        yield
-    finally:
-        _arena_for_cpu_tensors, _backend.device_tree = saved
+_arena_for_cpu_tensors = False  # CPU tensors take the device path as well (tests, where there is no GPU)
 
 
 class TreeUnusable(Exception):
@@ -84,17 +70,6 @@ class TreeUnusable(Exception):
 def _first(parts: list[Any]) -> Any:
     """A match's indices, already joined."""
     return parts[0]
-
-
-def _clock_readings(count: int) -> array | None:
-    """The ``count`` clock readings a call of the Python tree might make, in order; the native
-    tree uses them as the Python tree would, so both order evictions alike even under a test's
-    ticking clock. None on the system's clock: the tree reads it itself, when the Python tree
-    would."""
-    monotonic = time.monotonic
-    if monotonic is _SYSTEM_MONOTONIC:
-        return None
-    return array("d", [monotonic() for _ in range(count)])
 
 
 class NativeNode(TreeNode):
@@ -169,6 +144,7 @@ class NativeTree(PythonTree):
         on_store: Callable[[TreeNode], None] | None = None,
         on_remove: Callable[[TreeNode], None] | None = None,
         node_class: type[TreeNode] = TreeNode,
+        clock: Callable[[], float] | None = None,
     ):
         self._handle_class = _handle_class(node_class)  # type: ignore[arg-type]
         self._epoch = 0
@@ -187,12 +163,12 @@ class NativeTree(PythonTree):
         self._namespace_keys: dict[int, Hashable] = {0: None}
         self._namespace_numbers = itertools.count(1)
         self._tree: Any = None  # made by reset(), once PythonTree checked the arguments
-        super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class)
+        super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class, clock)
+        self._reads_clock_itself = self.clock is _SYSTEM_MONOTONIC
 
-    # ----- public API -------------------------------------------------------------------------
+    # ----- RadixCache's API, which documents it ----------------------------------------------
 
     def reset(self) -> None:
-        """Drop every cached entry (``on_evict`` is not called)."""
         if self._tree is None:
             self._tree = _backend.native_tree_module().Tree(self.page_size, self.is_eagle, self.eviction_policy)  # type: ignore[union-attr]
         self._tree.reset()
@@ -211,7 +187,7 @@ class NativeTree(PythonTree):
         namespace = self._namespaces.get(key.extra_key, -1)  # -1: a namespace with no node
         try:
             length, node_id, generation, values = self._tree.match(
-                key._tokens, namespace, _clock_readings(_MATCH_READINGS), key._start, key._stop, indices
+                key._tokens, namespace, self._readings(_MATCH_READINGS), key._start, key._stop, indices
             )
         except _CALLER_ERRORS:
             raise
@@ -262,7 +238,7 @@ class NativeTree(PythonTree):
                 values,
                 0 if priority is None else priority,
                 inserted_len,
-                _clock_readings(_INSERT_READINGS),
+                self._readings(_INSERT_READINGS),
                 value_offset,
                 known[0],
                 known[1],
@@ -271,7 +247,7 @@ class NativeTree(PythonTree):
                 cache_key._stop,
                 value is None,  # the values are the key's token ids, sliced for this call: kept
                 prefix_priority,
-                None if prefix_priority is None else _clock_readings(_INSERT_READINGS),  # after this insert's
+                None if prefix_priority is None else self._readings(_INSERT_READINGS),  # after this insert's
             )
         except Exception as exc:
             if reserved is not None:  # the tree kept none of them
@@ -294,8 +270,6 @@ class NativeTree(PythonTree):
         return InsertResult(position, node)
 
     def evict(self, num_tokens: int) -> int:
-        """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
-        are gone or nothing evictable is left; returns the number evicted (whole leaves)."""
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
         try:
@@ -325,20 +299,16 @@ class NativeTree(PythonTree):
         return evicted
 
     def inc_lock_ref(self, node: TreeNode) -> int:
-        """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
         return self._tree.inc_lock_ref(*self._ids(node))
 
     def dec_lock_ref(self, node: TreeNode) -> int:
-        """Release one lock taken by :meth:`inc_lock_ref`; returns the change of evictable size."""
         return self._tree.dec_lock_ref(*self._ids(node))
 
     def move_lock(self, old: TreeNode, new: TreeNode) -> int:
-        """:meth:`RadixCache.move_lock`."""
         return self._tree.move_lock(*self._ids(old), *self._ids(new))
 
     def touch(self, node: TreeNode) -> None:
-        """:meth:`RadixCache.touch`."""
-        self._tree.touch(*self._ids(node), time.monotonic())
+        self._tree.touch(*self._ids(node), self.clock())
 
     def path_indices(self, node: TreeNode, start: int = 0, stop: int | None = None) -> Any:
         """:meth:`RadixCache.path_indices`: the tree copies only the range asked for."""
@@ -357,6 +327,15 @@ class NativeTree(PythonTree):
 
     def node_count(self) -> int:
         return self._tree.node_count()
+
+    def _readings(self, count: int) -> array | None:
+        """The ``count`` clock readings a call of the Python store might make, in order, which the
+        tree uses as that store would (both order evictions alike under any clock); None where the
+        tree reads the system's clock itself, when the Python store would."""
+        if self._reads_clock_itself:
+            return None
+        clock = self.clock
+        return array("d", [clock() for _ in range(count)])
 
     # ----- handles ----------------------------------------------------------------------------
 
@@ -553,6 +532,7 @@ class NativeTree(PythonTree):
             self.on_store,
             self.on_remove,
             self.node_class,
+            self.clock,
         )
         python._value_kind, python._empty_value = self._value_kind, self._empty_value
         root = cast(NativeNode, self.root_node)

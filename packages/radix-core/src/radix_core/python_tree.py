@@ -15,7 +15,7 @@ import itertools
 import sys
 import time
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import IO, Any, NamedTuple, TypeAlias, cast
 
 from ._backend import dispatching
@@ -52,8 +52,8 @@ class TreeNode:
         self.lock_ref = 0
         self.hit_count = 0
         self.priority = priority
-        self.last_access_time = time.monotonic()
-        self.creation_time = time.monotonic()
+        self.last_access_time = 0.0  # both set by the tree that makes the node, from its clock
+        self.creation_time = 0.0
         self.id = next(TreeNode._ids)
         # A caller's per-page record of this node (e.g. KV event block hashes): any sequence with
         # the same number of items for each page; a split cuts it with the node.
@@ -157,17 +157,29 @@ class LazyHeap:
 
 class MatchResult:
     """``prefix_len`` cached units, ending at ``last_node``; ``indices`` are their values, joined.
+    With a host tier, ``host_hit_length`` more units are cached on the host only, down to
+    ``best_node`` (else ``best_node`` is ``last_node`` and ``host_hit_length`` 0).
 
     The join (a ``torch.cat`` for tensor values) happens on first access of ``indices``, so a
     caller that only needs the node (SGLang reads indices later, off the node) pays no copy; a
     match asked for no indices (``match_prefix(key, indices=False)``) has None.
     """
 
-    __slots__ = ("prefix_len", "last_node", "_parts", "_join", "_indices")
+    __slots__ = ("prefix_len", "last_node", "best_node", "host_hit_length", "_parts", "_join", "_indices")
 
-    def __init__(self, prefix_len: int, last_node: TreeNode, parts: list[Any], join: Callable[[list[Any]], Any]):
+    def __init__(
+        self,
+        prefix_len: int,
+        last_node: TreeNode,
+        parts: list[Any],
+        join: Callable[[list[Any]], Any],
+        best_node: TreeNode | None = None,
+        host_hit_length: int = 0,
+    ):
         self.prefix_len = prefix_len
         self.last_node = last_node
+        self.best_node = last_node if best_node is None else best_node
+        self.host_hit_length = host_hit_length
         self._parts: list[Any] | None = parts
         self._join = join
         self._indices: Any = None
@@ -195,10 +207,15 @@ def no_indices(parts: list[Any]) -> None:
 
 
 class InsertResult(NamedTuple):
-    """``prefix_len`` units of the key were cached already; the key ends at ``last_node``."""
+    """``prefix_len`` units of the key were cached already; the key ends at ``last_node``. With a
+    host tier: the insert's values of the units in the ``adopted`` ranges were taken by host-only
+    nodes (not duplicates, not to be freed); ``to_back_up`` are the nodes that reached the write
+    policy's hit threshold with no host copy, top down."""
 
     prefix_len: int
     last_node: TreeNode
+    adopted: Sequence[tuple[int, int]] = ()
+    to_back_up: Sequence[TreeNode] = ()
 
 
 KeyLike: TypeAlias = RadixKey | Iterable[int]
@@ -218,6 +235,7 @@ class PythonTree:
         on_store: Callable[[TreeNode], None] | None = None,
         on_remove: Callable[[TreeNode], None] | None = None,
         node_class: type[TreeNode] = TreeNode,
+        clock: Callable[[], float] | None = None,
     ):
         if type(page_size) is not int or page_size < 1:
             raise ValueError(f"page_size must be a positive int, not {page_size!r}")
@@ -231,16 +249,16 @@ class PythonTree:
         self.on_store = on_store
         self.on_remove = on_remove
         self.node_class = node_class
+        self.clock = time.monotonic if clock is None else clock
         self._eviction_priority = EVICTION_POLICIES[policy]
         self._value_kind: ValueKind | None = None
         self._empty_value: Any = None
         self.reset()
 
-    # ----- public API -------------------------------------------------------------------------
+    # ----- RadixCache's API, which documents it ----------------------------------------------
 
     def reset(self) -> None:
-        """Drop every cached entry (``on_evict`` is not called)."""
-        self.root_node = self.node_class(RadixKey(), None, None, priority=-sys.maxsize)
+        self.root_node = self._node(RadixKey(), None, None, -sys.maxsize)
         self.root_node.lock_ref = 1
         self._evictable_size = 0
         self._protected_size = 0
@@ -249,10 +267,9 @@ class PythonTree:
         self._stamps = itertools.count()  # shared by every heap of the tree
 
     def match_prefix(self, key: KeyLike, *, indices: bool = True) -> MatchResult:
-        """:meth:`radix_core.RadixCache.match_prefix`."""
         key = self._as_cache_key(key).page_aligned(self.page_size)
         node = self.root_node
-        access_time = time.monotonic()
+        access_time = self.clock()
         node.last_access_time = access_time
         path, ends = descend(node, key, 0, self.page_size)
         if path:
@@ -282,7 +299,6 @@ class PythonTree:
         split_at: int | None = None,
         prefix_priority: int | None = None,
     ) -> InsertResult:
-        """:meth:`radix_core.RadixCache.insert`, which documents the arguments."""
         key, value, kind = self._checked_insert(key, value, value_offset, split_at, prefix_priority)
         units = len(key)
         priority = 0 if priority is None else priority
@@ -296,7 +312,7 @@ class PythonTree:
             return kind.cut(value, first, last) if copy else value[first:last]
 
         node = self.root_node
-        access_time = time.monotonic()
+        access_time = self.clock()
         node.last_access_time = access_time
         node.priority = max(node.priority, priority)
         position = 0
@@ -320,7 +336,7 @@ class PythonTree:
             pieces = []
             for start, stop in reversed(list(zip(bounds, bounds[1:]))):
                 piece_key = key._units(start, stop)
-                piece = self.node_class(_stored(piece_key), values_of(start, stop), None, priority)
+                piece = self._node(_stored(piece_key), values_of(start, stop), None, priority)
                 piece.hit_count = 1 if units > inserted_len else 0
                 pieces.append((piece_key, piece))
             for piece_key, piece in reversed(pieces):
@@ -347,8 +363,6 @@ class PythonTree:
         self.insert(prefix, empty, priority, inserted_len=units, value_offset=units, known_path=last)
 
     def evict(self, num_tokens: int) -> int:
-        """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
-        are gone or nothing evictable is left; returns the number evicted (whole leaves)."""
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, not {num_tokens}")
         evicted = 0
@@ -379,18 +393,12 @@ class PythonTree:
         return units
 
     def inc_lock_ref(self, node: TreeNode) -> int:
-        """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
         return self._lock_path(self._path_to_root(node))
 
     def dec_lock_ref(self, node: TreeNode) -> int:
-        """Release one lock taken by :meth:`inc_lock_ref`; returns the change of evictable size."""
         return self._unlock_path(self._locked_path_to_root(node))
 
     def move_lock(self, old: TreeNode, new: TreeNode) -> int:
-        """``dec_lock_ref(old)`` then ``inc_lock_ref(new)``, touching only the nodes on one of the
-        two paths (a request whose lock moves down as it is cached chunk by chunk keeps most of its
-        path); returns the change of evictable size. ValueError, with nothing changed, where either
-        call would raise."""
         old_path = self._locked_path_to_root(old)
         new_path = self._path_to_root(new)
         kept = 0  # the two paths share their top ``kept`` nodes, whose counts would go down and up
@@ -399,10 +407,8 @@ class PythonTree:
         return self._unlock_path(old_path[: len(old_path) - kept]) + self._lock_path(new_path[: len(new_path) - kept])
 
     def touch(self, node: TreeNode) -> None:
-        """Mark the path from the root to ``node`` used now, as a match ending there would, without
-        comparing a token. ValueError if ``node`` is not (or no longer) in this cache."""
         path = self._path_to_root(node)
-        access_time = time.monotonic()
+        access_time = self.clock()
         self.root_node.last_access_time = access_time
         for ancestor in path:
             ancestor.last_access_time = access_time
@@ -410,10 +416,6 @@ class PythonTree:
             self._reprioritize(path[0])
 
     def path_indices(self, node: TreeNode, start: int = 0, stop: int | None = None) -> Any:
-        """The values on the path from the root down to ``node``, joined: the ``indices`` of a
-        match that ended there; only units [start, stop) of it if given (SGLang's checkpoint
-        rewrites only part of its row), cut to the path. ValueError if ``node`` is not (or no
-        longer) in this cache."""
         check_path_range(start, stop)
         path = self._path_to_root(node)
         path.reverse()
@@ -432,14 +434,11 @@ class PythonTree:
         return self._join(parts)
 
     def path_to(self, node: TreeNode) -> list[TreeNode]:
-        """The nodes from the root (excluded) down to ``node``. ValueError if ``node`` is not (or
-        no longer) in this cache."""
         path = self._path_to_root(node)
         path.reverse()
         return path
 
     def cache_key(self, key: KeyLike) -> RadixKey:
-        """``key`` as this cache files it: read as bigrams in EAGLE mode, cut to whole pages."""
         return self._as_cache_key(key).page_aligned(self.page_size)
 
     def walk(self, key: KeyLike) -> tuple[list[TreeNode], list[int]]:
@@ -449,15 +448,12 @@ class PythonTree:
         return python_descend(self.root_node, self.cache_key(key), 0, self.page_size)
 
     def evictable_size(self) -> int:
-        """Cached units that eviction may take (not locked)."""
         return self._evictable_size
 
     def protected_size(self) -> int:
-        """Cached units that are locked."""
         return self._protected_size
 
     def total_size(self) -> int:
-        """All cached units (walks the tree); always ``evictable_size() + protected_size()``."""
         total = 0
         stack = list(self.root_node.children.values())
         while stack:
@@ -468,13 +464,11 @@ class PythonTree:
         return total
 
     def node_count(self) -> int:
-        """Nodes in the tree, the root excluded."""
         return self._node_count
 
     tree_kind = "python"
 
     def pretty_print(self, file: IO[str] | None = None) -> None:
-        """One line per node: depth-indented length, first tokens and lock count."""
         stack = [(self.root_node, 0)]
         while stack:
             node, indent = stack.pop()
@@ -614,11 +608,18 @@ class PythonTree:
                 child.hit_count += 1
         self._reprioritize(path[-1])
 
+    def _node(self, key: RadixKey, value: Any, parent: TreeNode | None, priority: int) -> TreeNode:
+        """A new node of ``node_class``, used and made now (two clock readings, as SGLang's nodes)."""
+        node = self.node_class(key, value, parent, priority)
+        node.last_access_time = self.clock()
+        node.creation_time = self.clock()
+        return node
+
     def _split(self, child: TreeNode, at: int) -> TreeNode:
         """Cut ``child`` after ``at`` units; returns the new upper node (SGLang's node split)."""
         page = self.page_size
         parent: TreeNode = child.parent  # type: ignore[assignment]
-        upper = self.node_class(_stored(child.key._units(0, at)), None, parent, child.priority)
+        upper = self._node(_stored(child.key._units(0, at)), None, parent, child.priority)
         self._cut_values(upper, child, at)
         upper.hit_count = child.hit_count
         upper.lock_ref = child.lock_ref

@@ -26,19 +26,16 @@ host-only bottom of it included (without moving sizes: nothing of it is on the d
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
 from .key import RadixKey
-from .python_tree import KeyLike, LazyHeap, MatchResult, PythonTree, TreeNode, descend, no_indices
+from .python_tree import InsertResult, KeyLike, LazyHeap, MatchResult, PythonTree, TreeNode, descend, no_indices
 from .values import value_kind_of
 
 __all__ = [
     "WRITE_POLICIES",
     "HostInsertResult",
-    "TieredInsertResult",
-    "TieredMatchResult",
     "TieredNode",
     "TieredRadixCache",
 ]
@@ -62,37 +59,6 @@ class TieredNode(TreeNode):
         self.backup_pending = False  # a device-to-host copy submitted, not yet acknowledged
         self.load_back_pending: TieredNode | None = None  # the anchor of a host-to-device copy in flight
         self._host_stamp = -1  # as _heap_stamp, for the host eviction heap
-
-
-class TieredMatchResult(MatchResult):
-    """A match on both tiers: ``prefix_len`` units on the device up to ``last_node`` (what a
-    request may use now), and ``host_hit_length`` more, host-only, down to ``best_node``."""
-
-    __slots__ = ("best_node", "host_hit_length")
-
-    def __init__(
-        self,
-        prefix_len: int,
-        last_node: TreeNode,
-        parts: list[Any],
-        join: Callable[[list[Any]], Any],
-        best_node: TreeNode,
-        host_hit_length: int,
-    ):
-        super().__init__(prefix_len, last_node, parts, join)
-        self.best_node = best_node
-        self.host_hit_length = host_hit_length
-
-
-class TieredInsertResult(NamedTuple):
-    """As :class:`~radix_core.InsertResult`; the insert's values of the units in ``adopted``
-    ranges were taken by host-only nodes (not duplicates, not to be freed); ``to_back_up``: nodes
-    that reached the write policy's hit threshold with no host copy, top down."""
-
-    prefix_len: int
-    last_node: TreeNode
-    adopted: list[tuple[int, int]]
-    to_back_up: list[TieredNode]
 
 
 class HostInsertResult(NamedTuple):
@@ -128,6 +94,7 @@ class TieredRadixCache(PythonTree):
         on_store: Callable[[TreeNode], None] | None = None,
         on_remove: Callable[[TreeNode], None] | None = None,
         node_class: type[TieredNode] = TieredNode,
+        clock: Callable[[], float] | None = None,
     ):
         if write_policy not in WRITE_POLICIES:
             raise ValueError(f"unknown write policy {write_policy!r}; use one of: {', '.join(WRITE_POLICIES)}")
@@ -138,7 +105,7 @@ class TieredRadixCache(PythonTree):
         self.backup_threshold = WRITE_POLICIES[write_policy]
         self.on_host_evict = on_host_evict
         self.back_up = back_up
-        super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class)
+        super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class, clock)
 
     def reset(self) -> None:
         """Drop every cached entry on both tiers (no callback is called)."""
@@ -154,16 +121,12 @@ class TieredRadixCache(PythonTree):
 
     # ----- match and insert -------------------------------------------------------------------
 
-    def match_prefix(self, key: KeyLike, *, indices: bool = True) -> TieredMatchResult:
-        """The longest prefix of ``key`` cached on either tier; ``prefix_len`` of it on the device
-        (``indices``: :meth:`RadixCache.match_prefix`'s)."""
-        return cast(TieredMatchResult, super().match_prefix(key, indices=indices))
-
-    def _match_result(self, path: list[TreeNode], ends: list[int], indices: bool) -> TieredMatchResult:
+    def _match_result(self, path: list[TreeNode], ends: list[int], indices: bool) -> MatchResult:
+        """A match's answer on both tiers: the device prefix ends at the last device node."""
         root = self.root_node
         join = self._join if indices else no_indices
         if not path:
-            return TieredMatchResult(0, root, [], join, root, 0)
+            return MatchResult(0, root, [], join)
         on_device = 0  # device nodes form a rooted subtree: they come first on any path
         while on_device < len(path) and path[on_device].value is not None:
             on_device += 1
@@ -172,9 +135,9 @@ class TieredRadixCache(PythonTree):
         self._reprioritize(last_device)
         self._reprioritize(path[-1])
         values = [node.value for node in path[:on_device]] if indices else []
-        return TieredMatchResult(device_units, last_device, values, join, path[-1], ends[-1] - device_units)
+        return MatchResult(device_units, last_device, values, join, path[-1], ends[-1] - device_units)
 
-    def insert(  # type: ignore[override]  # a TieredInsertResult says more
+    def insert(
         self,
         key: KeyLike,
         value: Any = None,
@@ -186,13 +149,13 @@ class TieredRadixCache(PythonTree):
         copy: bool = True,
         split_at: int | None = None,
         prefix_priority: int | None = None,
-    ) -> TieredInsertResult:
+    ) -> InsertResult:
         """:meth:`RadixCache.insert` on the device tier: host-only nodes on the way take the
         insert's values (``adopted``), and nodes that reach the backup threshold are reported
         (this insert's: the prefix inserted again runs once they are)."""
         self._check_split(split_at, prefix_priority)
         self._walked, self._adopted = [], []
-        prefix_len, last_node = super().insert(
+        prefix_len, last_node, _, _ = super().insert(
             key,
             value,
             priority,
@@ -210,7 +173,7 @@ class TieredRadixCache(PythonTree):
             if new:
                 counted.append(cast(TieredNode, last_node))
             to_back_up = [node for node in counted if node.hit_count >= threshold and node.host_value is None]
-        result = TieredInsertResult(prefix_len, last_node, self._adopted, to_back_up)
+        result = InsertResult(prefix_len, last_node, self._adopted, to_back_up)
         self._walked, self._adopted = [], []
         if prefix_priority is not None:
             self._insert_prefix_again(key, value, split_at, prefix_priority, last_node)  # type: ignore[arg-type]
@@ -347,7 +310,7 @@ class TieredRadixCache(PythonTree):
             raise ValueError(f"host value has {kind.length(host_value)} items for a key of {len(key)} units")
         key = key.page_aligned(self.page_size)
         units = len(key)
-        access_time = time.monotonic()
+        access_time = self.clock()
         node.last_access_time = access_time
         self._reprioritize(node)
         adopted: list[tuple[int, int]] = []
@@ -373,7 +336,7 @@ class TieredRadixCache(PythonTree):
             return HostInsertResult(adopted, node, refilled)
         if not self.write_back and node is not self.root_node and node.host_value is None:
             return HostInsertResult(adopted, None, refilled)
-        new = cast(TieredNode, self.node_class(key._units(position, units).compact(), None, node, node.priority))
+        new = cast(TieredNode, self._node(key._units(position, units).compact(), None, node, node.priority))
         new.host_value = kind.cut(host_value, position, units)
         node.children[new.key.child_key(self.page_size)] = new
         self._node_count += 1

@@ -39,7 +39,7 @@ from .cache import RadixCoreCache
 from .translation import backup_chains, duplicate_ranges
 
 if TYPE_CHECKING:
-    from radix_core.tiers import TieredInsertResult
+    from radix_core import InsertResult
 
 logger = logging.getLogger("radix_sglang_adapter")
 
@@ -107,13 +107,13 @@ class RadixCoreHiCache(RadixCoreCache):
 
     # ----- match and insert ---------------------------------------------------------------------
 
-    def _duplicate_ranges(self, inserted: TieredInsertResult, protected: int) -> list[tuple[int, int]]:
+    def _duplicate_ranges(self, inserted: InsertResult, protected: int) -> list[tuple[int, int]]:
         """Past the request's own prefix, what the tree held already, except what host-only nodes
         took from the row (their device copy now): a range per node, as UnifiedRadixCache frees
         them (SGLang's paged allocator files each freed batch apart: the order shows)."""
         return duplicate_ranges(inserted, self.root_node, protected)
 
-    def _inserted(self, inserted: TieredInsertResult) -> None:
+    def _inserted(self, inserted: InsertResult) -> None:
         """Back up what reached the write policy's threshold, each node with its ancestors that
         have no host copy, root first; stop at the first that finds no host room."""
         tree = self.tree

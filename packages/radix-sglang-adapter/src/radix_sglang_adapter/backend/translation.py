@@ -12,6 +12,8 @@ from typing import Any
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchResult
 
+import radix_core
+
 
 def namespace(extra_key: Any, cache_salt: Any) -> Any:
     """SGLang's (extra_key, cache_salt) as one radix-core namespace."""
@@ -28,17 +30,21 @@ def _same(node: Any) -> Any:
 
 
 def match_result(
-    found: Any, root: Any, empty: MatchResult, handle: Callable[[Any], Any] = _same, *, tree_core: bool = False
+    found: radix_core.MatchResult,
+    root: Any,
+    empty: MatchResult,
+    handle: Callable[[Any], Any] = _same,
+    *,
+    tree_core: bool = False,
 ) -> MatchResult:
     """radix-core's match (on either tree) as SGLang's ``MatchResult``: the device prefix and, on a
     tiered tree, how far the host tier goes past it; ``empty`` where nothing matched. ``handle``
     names a node as the caller gives nodes to SGLang (the node, or a TreeCore's node id);
     ``tree_core``: also the fields UnifiedRadixCache reads of its TreeCore."""
-    best = getattr(found, "best_node", found.last_node)
-    if best is root:
+    if found.best_node is root:
         return empty
-    device, deepest = handle(found.last_node), handle(best)
-    host_hit_length = getattr(found, "host_hit_length", 0)
+    device, deepest = handle(found.last_node), handle(found.best_node)
+    host_hit_length = found.host_hit_length
     if not tree_core:
         return MatchResult(found.prefix_len, device, deepest, deepest, host_hit_length=host_hit_length)
     return MatchResult(
@@ -53,7 +59,7 @@ def match_result(
     )
 
 
-def duplicate_ranges(inserted: Any, root: Any, protected: int) -> list[tuple[int, int]]:
+def duplicate_ranges(inserted: radix_core.InsertResult, root: Any, protected: int) -> list[tuple[int, int]]:
     """The key ranges of an insert's values that were cached already, past the ``protected``
     first units (the request's own cached prefix), except what host-only nodes took (their device
     copy now): a range per node, top down, as UnifiedRadixCache frees them."""
@@ -61,11 +67,11 @@ def duplicate_ranges(inserted: Any, root: Any, protected: int) -> list[tuple[int
     if matched <= protected:
         return []
     lengths: list[int] = []
-    node = inserted.last_node
+    node: Any = inserted.last_node
     while node is not root:
         lengths.append(len(node.key))
         node = node.parent
-    adopted = {first for first, _ in getattr(inserted, "adopted", ())}
+    adopted = {first for first, _ in inserted.adopted}
     ranges, start = [], 0
     for units in reversed(lengths):
         end = start + units

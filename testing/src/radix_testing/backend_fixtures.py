@@ -1,9 +1,9 @@
-"""pytest support for suites that test code on both radix-core backends (needs pytest).
+"""pytest fixtures for suites that test code on radix-core's backends.
 
-Import the fixtures into a ``conftest.py``: ``from radix_core.testing import backend_name``
-(every backend) or ``native_tree`` (radix-native's tree only).
-Set ``RADIX_EXPECT_BACKEND=native`` in a session that must run native: a missing or fallen-back
-native backend then fails the test instead of skipping it.
+Import them into a ``conftest.py``: ``from radix_testing.backend_fixtures import backend_name``
+(every backend) or ``native_tree`` (radix-native's tree only). Set ``RADIX_EXPECT_BACKEND=native``
+in a session that must run native: a missing or fallen-back native backend then fails the test
+instead of skipping it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from . import _backend
+from radix_core import _backend
+
+from .backends import python_reference_only, tree_by_default
 
 EXPECT_BACKEND_ENV = "RADIX_EXPECT_BACKEND"
 
@@ -30,7 +32,7 @@ def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
     native kernels, and the native kernels with RadixCache on radix-native's tree (yielded as
     ``"native"`` too: the kernels are the same)."""
     if request.param == "python":
-        with _backend.python_reference_only():
+        with python_reference_only():
             yield "python"
         return
     status = _backend.backend()
@@ -42,7 +44,7 @@ def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
         if expected_backend() == "native":
             pytest.fail("this session needs radix-native's tree, but it is unusable (see the log)")
         pytest.skip("radix-native's tree is unusable")
-    with _backend.tree_by_default("native" if request.param == "native-tree" else "python"):
+    with tree_by_default("native" if request.param == "native-tree" else "python"):
         yield "native"
     after = _backend.backend()
     assert after.active == "native", f"a native kernel fell back to Python during the test: {after.reason}"
