@@ -32,7 +32,7 @@ from radix_sglang_adapter.backend.factory import build_cache  # noqa: E402
 from radix_sglang_adapter.backend.hicache import RadixCoreHiCache  # noqa: E402
 from radix_sglang_adapter.backend.refusals import tree_core_route  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
-from radix_testing.request_streams import MAX_LIVE, play, prompts  # noqa: E402
+from radix_testing.request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
 
 operations = st.lists(
     st.one_of(
@@ -174,6 +174,38 @@ def test_a_busy_stream_evicts_to_the_host_and_loads_back(
         seen = run_both(busy_stream(), server_args, core, page_size, False)
     assert seen["matched"] > 300, "prompts were served from the device"
     assert seen["loaded_back"] > 300, "prefixes evicted to the host tier came back from it"
+
+
+def prompt_boundary_in_a_host_node_stream() -> list[tuple]:
+    """Two requests finish after a first chunk, caching ``[0] * 8`` and ``[4] * 5 + [8] * 3``
+    (backed up); ``[4] * 5`` then matches 4 units (the last is always computed), the part below is
+    evicted to the host, and ``[4] * 5`` finishes after one decoded token: its insert gives the
+    host-only node's first two units, ``[4, 8]``, the request's device values, and its prompt
+    boundary cuts them in two."""
+    return [
+        ("arrive", [0] * 17, 8),
+        ("finish", 0),
+        ("arrive", SEGMENTS[3] + SEGMENTS[5], 8),
+        ("finish", 0),
+        ("arrive", [4] * 5, 8),
+        ("arrive", [0] * 17, 8),
+        ("evict", 1),
+        ("arrive", [0] * 17, 8),
+        ("step", 0, 8),
+        ("finish", 0),
+    ]
+
+
+@pytest.mark.parametrize("write_policy", WRITE_POLICIES)
+@pytest.mark.parametrize("core", CORES)
+def test_an_insert_that_cuts_what_a_host_only_node_took_frees_none_of_it(
+    backend_name, ticking_clock, core, write_policy
+):
+    """Both parts of a host-only node that took a request's device values and was then cut at
+    its prompt boundary hold the tree's KV now: freeing either as a duplicate would hand out
+    slots the tree still reads."""
+    with hicache_server_args(write_policy) as server_args:
+        run_both(prompt_boundary_in_a_host_node_stream(), server_args, core, 1, False)
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,9 @@ def match_result(
 def duplicate_ranges(inserted: radix_core.InsertResult, root: Any, protected: int) -> list[tuple[int, int]]:
     """The key ranges of an insert's values that were cached already, past the ``protected``
     first units (the request's own cached prefix), except what host-only nodes took (their device
-    copy now): a range per node, top down, as UnifiedRadixCache frees them."""
+    copy now): a range per node, top down, as UnifiedRadixCache frees them. An adopted range is
+    matched by containment, not by its start: the same insert may cut the node that took it (the
+    prompt boundary of a checkpoint), and every part of it is the tree's."""
     matched = inserted.prefix_len
     if matched <= protected:
         return []
@@ -71,13 +73,12 @@ def duplicate_ranges(inserted: radix_core.InsertResult, root: Any, protected: in
     while node is not root:
         lengths.append(len(node.key))
         node = node.parent
-    adopted = {first for first, _ in inserted.adopted}
     ranges, start = [], 0
     for units in reversed(lengths):
         end = start + units
         if end > matched:
             break
-        if end > protected and start not in adopted:
+        if end > protected and not any(first <= start and end <= last for first, last in inserted.adopted):
             ranges.append((max(start, protected), end))
         start = end
     return ranges
