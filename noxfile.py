@@ -405,45 +405,58 @@ def tests_e2e(session: nox.Session) -> None:
     run_sglang_tests(session, "0.5.23", True, [END_TO_END_TESTS])
 
 
-# The benchmarks that run on SGLang's wheels: the release each needs, its script, the arguments it
-# runs with unless told others (`nox -s NAME -- ARGS`), and whether it draws a plot (matplotlib).
+# The benchmarks that run on SGLang's wheels, one question a script (each replays on benchmarks/harness.py):
+# the release it needs, its script, the arguments a session always passes (the session's variant of
+# the question), those it runs with unless told others (`nox -s NAME -- ARGS`), and whether it draws
+# a plot (matplotlib).
 SGLANG_BENCHMARKS = {
-    "bench-e2e": ("0.5.23", "benchmark_e2e.py", ["--plot", "docs/e2e_benchmark.png"], True),
+    "bench-e2e": ("0.5.23", "benchmark_e2e.py", [], ["--plot", "docs/e2e_benchmark.png"], True),
+    "bench-anchor": (
+        "0.5.23",
+        "benchmark_direct.py",
+        ["--set", "anchor"],
+        ["--check", "--plot", "docs/anchor_benchmark.png"],
+        True,
+    ),
     "bench-radix-cache": (
         "0.5.23",
-        "benchmark_radix_cache.py",
+        "benchmark_direct.py",
+        ["--set", "eagle"],
         ["--check", "--plot", "docs/radix_cache_benchmark.png"],
         True,
     ),
-    "bench-sglang-backend": ("0.5.23", "benchmark_sglang_backend.py", ["--check"], False),
-    "bench-anchor": ("0.5.23", "benchmark_anchor.py", ["--check", "--plot", "docs/anchor_benchmark.png"], True),
-    "bench-device-path": ("0.5.23", "benchmark_device_path.py", ["--check"], False),
-    "bench-tree-core": ("0.5.23", "benchmark_tree_core.py", ["--check"], False),
-    "bench-sglang-path": ("0.5.10", "benchmark_sglang_cache_path.py", ["--check"], False),
+    "bench-device-path": ("0.5.23", "benchmark_direct.py", ["--set", "device-path"], ["--check"], False),
+    "bench-sglang-backend": ("0.5.23", "benchmark_sglang_backend.py", [], ["--check"], False),
+    "bench-hicache": ("0.5.23", "benchmark_hicache.py", ["--layer", "cache"], ["--check"], False),
+    "bench-tree-core": ("0.5.23", "benchmark_hicache.py", ["--layer", "core"], ["--check"], False),
+    "bench-sglang-path": ("0.5.10", "benchmark_sglang_cache_path.py", [], ["--check"], False),
 }
 
 
 @nox.session(name="bench-e2e", venv_backend="none")
-@nox.session(name="bench-radix-cache", venv_backend="none")
-@nox.session(name="bench-sglang-backend", venv_backend="none")
 @nox.session(name="bench-anchor", venv_backend="none")
+@nox.session(name="bench-radix-cache", venv_backend="none")
 @nox.session(name="bench-device-path", venv_backend="none")
+@nox.session(name="bench-sglang-backend", venv_backend="none")
+@nox.session(name="bench-hicache", venv_backend="none")
 @nox.session(name="bench-tree-core", venv_backend="none")
 @nox.session(name="bench-sglang-path", venv_backend="none")
 def bench_on_sglang(session: nox.Session) -> None:
     """A benchmark on SGLang's CPU wheels, with radix-native (SGLANG_BENCHMARKS; docs/benchmarks.md).
 
-    bench-e2e: SGLang 0.5.23's real HTTP server on each cache, on the Mooncake trace;
-    bench-radix-cache: radix-core vs SGLang's RadixCache on EAGLE workloads; bench-sglang-backend:
-    --radix-cache-backend radix vs SGLang's default cache and RadixCache (`-- --hicache`: with
-    HiCache); bench-anchor: radix-core's tree vs SGLang's default cache and RadixCache, called
-    directly; bench-device-path: a GPU server's device indices, on torch's meta device;
-    bench-tree-core: HiCache's TreeCores; bench-sglang-path: SGLang 0.5.10's EAGLE paths with the
-    adapter off and on."""
-    release, script, default_args, plots = SGLANG_BENCHMARKS[session.name]
+    benchmark_direct.py, radix-core's tree vs SGLang's caches called directly: bench-anchor (vs
+    SGLang's default cache and RadixCache, on the Mooncake trace and multi-turn-100k),
+    bench-radix-cache (vs SGLang's RadixCache on EAGLE workloads), bench-device-path (a GPU
+    server's device indices, on torch's meta device). benchmark_sglang_backend.py,
+    bench-sglang-backend: --radix-cache-backend radix vs SGLang's default cache and RadixCache on
+    the scheduler's path (`-- --kv-events`: with KV cache events). benchmark_hicache.py, HiCache:
+    bench-hicache (the whole caches on the scheduler's path), bench-tree-core (the TreeCores).
+    bench-e2e: SGLang 0.5.23's real HTTP server on each cache; bench-sglang-path: SGLang 0.5.10's
+    EAGLE paths with the adapter off and on."""
+    release, script, question, default_args, plots = SGLANG_BENCHMARKS[session.name]
     python = sglang_python(session, release)
     install_radix(session, python, native=True)
     if plots:
         session.run(python, "-m", "pip", "install", "--quiet", MATPLOTLIB, external=True)
-    args = session.posargs or default_args
+    args = [*question, *(session.posargs or default_args)]
     session.run(python, "-W", "ignore", f"benchmarks/{script}", *args, external=True)

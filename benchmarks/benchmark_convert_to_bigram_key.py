@@ -36,7 +36,7 @@ from array import array
 from collections.abc import Callable
 
 import seed_style_kernel
-from _report import cpu_model, report
+from harness import cpu_model, report
 
 import radix_core
 from radix_core import convert_to_bigram_key, pack_bigram_keys, python_convert_to_bigram_key, python_pack_bigram_keys

@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).resolve().parent / "e2e_probe"
 sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests" / "e2e"))
 
-from _report import cpu_model  # noqa: E402
+from harness import cpu_model, pyplot, speedup_bars  # noqa: E402
 from sglang_server import SITE, VOCAB, Server, ServerConfig, write_models  # noqa: E402
 from workloads import trace_prompts  # noqa: E402
 
@@ -216,12 +216,7 @@ def print_methods(rows: list[dict], shown: int = 6) -> None:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from _plot import speedup_bars
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     parts = (("outside_forward_ms", "scheduler CPU outside the forward"), ("cache_ms", "in the tree cache"))
     for ax, (metric, title) in zip(axes, parts):

@@ -18,15 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-from _report import cpu_model
+from harness import DEFAULT_TRACE, cpu_model
 
 import radix_core
 from radix_core.__main__ import capacity_list
 from radix_core.replay import ReplayResult, replay
 from radix_core.trace import TokenExpander, read_trace
 from radix_testing.backends import python_reference_only
-
-TRACE = Path(__file__).resolve().parent / "data" / "mooncake_synthetic_trace.jsonl"
 
 
 def replay_on(backend: str, *args: object) -> ReplayResult:
@@ -39,7 +37,7 @@ def replay_on(backend: str, *args: object) -> ReplayResult:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 unless both backends agree on every request")
-    parser.add_argument("--trace", default=str(TRACE))
+    parser.add_argument("--trace", default=str(DEFAULT_TRACE))
     parser.add_argument("--requests", type=int, help="only the first N requests")
     parser.add_argument("--capacity", type=capacity_list, default=capacity_list("unbounded,4M,1M,200k"))
     args = parser.parse_args()

@@ -37,36 +37,23 @@ in-the-cache clock; the scheduler-path ratios are printed beside them.
 request as the scheduler's publisher takes them after every batch (inside the clock; the
 publisher's serialization runs on its own thread, outside the scheduler's).
 
-``--hicache``: instead, the cells with HiCache on (``--enable-hierarchical-cache``, a host tier twice
-the device pool; write_through and write_back x 1M and 200k tokens): SGLang's default is then
-UnifiedRadixCache with its cache controller on SGLang's Rust TreeCore, ``--radix-cache-backend radix``
-RadixCoreHiCache (radix-core's tiered tree driving the same controller). The scheduler's HiCache
-calls are added: its poll
-of the host tier once per request, a host hit's load-back at admission, the batch's start of the
-load. The host tier's KV copies move nothing (on a GPU they are kernels on their own streams, off the
-scheduler's CPU; see ``host_copies_move_nothing``); their bookkeeping stays on the clock. The default's
-calls into its TreeCore are timed too, so each cell also says what it would cost with a TreeCore
-costing nothing: the most any core under UnifiedRadixCache can win.
+The same path with HiCache on is benchmark_hicache.py's question (``--layer cache``), which
+replays it with this module's ``replay``.
 
-    python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--kv-events | --hicache]
+    python benchmarks/benchmark_sglang_backend.py [--requests N] [--rounds R] [--kv-events]
                                                   [--check] [--json FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import collections
-import contextlib
 import gc
-import importlib.metadata
-import os
-import platform
 import statistics
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +63,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 sglang_server_shims.install()
 
+import harness  # noqa: E402
 import torch  # noqa: E402
-from _gc import gc_footprint  # noqa: E402
-from _report import report  # noqa: E402
-from benchmark_anchor import memory_floor, trace_stream  # noqa: E402  (one definition of the floor)
+from benchmark_direct import arrays, memory_floor  # noqa: E402  (one definition of the floor)
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams  # noqa: E402
@@ -89,13 +75,10 @@ from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 from sglang.srt.mem_cache.registry import create_tree_cache, get_radix_cache_factory  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
-import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
-from radix_core.trace import TokenExpander, read_trace  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402
 from radix_testing.backends import python_reference_only, tree_by_default  # noqa: E402
 
-DEFAULT_TRACE = REPO / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
 BASELINE = "SGLang default"
 CAPACITIES = {"unbounded": None, "1M": 1_000_000, "200k": 200_000}
 # implementation -> minimum speedup over SGLang's default cache, in every cell
@@ -176,20 +159,9 @@ class TimedCache:
         return timed
 
 
-def probe_seconds(calls: int = 200_000) -> float:
-    """What TimedCache records for one call of a method that does nothing (median of 5 runs)."""
-
-    class Idle:
-        def method(self) -> None:
-            pass
-
-    runs = []
-    for _ in range(5):
-        probe = TimedCache(Idle())
-        for _ in range(calls):
-            probe.method()
-        runs.append(probe.seconds / calls)
-    return statistics.median(runs)
+def probe_seconds() -> float:
+    """What TimedCache records for one call of a method that does nothing."""
+    return harness.probe_seconds(TimedCache)
 
 
 PROBE_SECONDS = 0.0  # set by main() before any replay
@@ -213,26 +185,11 @@ IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
     "radix native, Python tree": backend_cache,
     "radix pure": backend_cache,
 }
-# With HiCache on, SGLang's default is UnifiedRadixCache with its cache controller on its Rust TreeCore,
-# --radix-cache-backend radix RadixCoreHiCache driving the same controller; SGLang's RadixCache has no
-# host tier.
-HICACHE_IMPLEMENTATIONS = [BASELINE, "radix native", "radix pure"]
-HICACHE_CELLS = [(policy, capacity) for policy in ("write_through", "write_back") for capacity in ("1M", "200k")]
 HICACHE_TARGET = 2.0  # radix native over SGLang's default, both with HiCache, in the cache
 HOST_RATIO = 2.0  # the host tier holds twice the device pool (--hicache-ratio)
 # The device KV pool the host tier is sized and laid out from (its copies move nothing here, see
 # host_copies_move_nothing): one layer, one head of 8 fp16 values per token.
 KV_SHAPE = {"head_num": 1, "head_dim": 8, "layer_num": 1}
-
-
-def host_copies_move_nothing() -> None:
-    """On a GPU server the host tier's KV copies are kernels on their own streams, off the
-    scheduler's CPU; on this CPU they would be synchronous copies (or absent kernels), the same for
-    every cache. The replays keep the caches' bookkeeping around them and move no KV."""
-    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
-
-    MHATokenToKVPoolHost.backup_from_device_all_layer = lambda self, *args, **kwargs: None
-    MHATokenToKVPoolHost.load_to_device_per_layer = lambda self, *args, **kwargs: None
 
 
 class NoForwardWorker:
@@ -241,20 +198,6 @@ class NoForwardWorker:
 
     def register_hicache_layer_transfer_counter(self, counter: Any) -> None:
         pass
-
-
-@contextlib.contextmanager
-def hicache_server_args(write_policy: str) -> Iterator[Any]:
-    """SGLang's process-wide config with HiCache on, as on a GPU server: copies by kernel (the io
-    backend SGLang defaults to), layer_first host layout."""
-    with sh.published_server_args(
-        enable_hierarchical_cache=True,
-        hicache_ratio=HOST_RATIO,
-        hicache_write_policy=write_policy,
-        hicache_io_backend="kernel",
-        hicache_mem_layout="layer_first",
-    ) as server_args:
-        yield server_args
 
 
 def sglang_wrote(cache_type: type, method: str) -> bool:
@@ -399,39 +342,32 @@ def measure(
     timed after each round, as bench-anchor times it."""
     hicache = write_policy is not None
     slots = CAPACITIES[capacity_name] or sum(len(prompt) + len(output) for prompt, output in requests) + 1
-    per_round: dict[str, list[float]] = {name: [] for name in names}  # in the cache
-    core_per_round: dict[str, list[float]] = {name: [] for name in names}  # in its TreeCore (HiCache)
-    path_per_round: dict[str, list[float]] = {name: [] for name in names}  # scheduler path
-    matched_by: dict[str, list[tuple[int, int]]] = {}
-    footprint: dict[str, dict[str, float]] = {}  # after the last round's replay
-    by_method: dict[str, tuple[dict[str, float], list[str]]] = {}  # the last round's, by method
     floor: list[float] = []
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            gc.collect()
-            seconds, inside, in_core, matched, methods, held = run_one(
-                name, server_args, requests, eagle, slots, chunk, hicache
-            )
-            per_round[name].append(sum(inside) / len(inside))
-            if in_core:
-                core_per_round[name].append(sum(in_core) / len(in_core))
-            path_per_round[name].append(sum(seconds) / len(seconds))
-            matched_by[name] = matched
-            if r == rounds - 1:
-                footprint[name] = gc_footprint(held)
-                by_method[name] = methods
-            held.clear()
-        if floor_stream is not None:
-            gc.collect()
-            found = [device + loaded for device, loaded in matched_by[BASELINE]]
-            seconds = memory_floor(floor_stream, found, eagle, CAPACITIES[capacity_name])
-            floor.append(sum(seconds) / len(seconds))
+
+    def one(name: str) -> harness.Replay:
+        seconds, inside, in_core, matched, methods, held = run_one(
+            name, server_args, requests, eagle, slots, chunk, hicache
+        )
+        clocks = {"seconds": sum(inside) / len(inside), "path": sum(seconds) / len(seconds)}
+        if in_core:
+            clocks["core"] = sum(in_core) / len(in_core)
+        return harness.Replay(clocks, matched, held, {"methods": methods})
+
+    def time_floor(runs: dict[str, harness.Rounds]) -> None:
+        gc.collect()
+        found = [device + loaded for device, loaded in runs[BASELINE].answers]
+        seconds = memory_floor(floor_stream, found, eagle, CAPACITIES[capacity_name])
+        floor.append(sum(seconds) / len(seconds))
+
+    runs = harness.interleave(names, one, rounds, after_round=None if floor_stream is None else time_floor)
+    per_round = {name: run.clocks["seconds"] for name, run in runs.items()}  # in the cache
+    matched_by = {name: run.answers for name, run in runs.items()}
     prompt_tokens = sum(len(prompt) for prompt, _ in requests)
     cell = {
         "eagle": eagle,
         "capacity": capacity_name,
         "hicache": write_policy,
-        "same_prefix_lengths": all(m == matched_by[BASELINE] for m in matched_by.values()),
+        "same_prefix_lengths": harness.same_answers(runs, BASELINE),
         "hit_rate": sum(device + loaded for device, loaded in matched_by[BASELINE]) / prompt_tokens,
         "host_hit_rate": sum(loaded for _, loaded in matched_by[BASELINE]) / prompt_tokens,
         "implementations": {},
@@ -444,8 +380,8 @@ def measure(
     for name, times in per_round.items():
         ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
         events_off = per_round.get(name.removesuffix(WITH_EVENTS)) if name.endswith(WITH_EVENTS) else None
-        path_times = path_per_round[name]
-        path_ratios = [b / t for b, t in zip(path_per_round[BASELINE], path_times)]
+        path_times = runs[name].clocks["path"]
+        path_ratios = [b / t for b, t in zip(runs[BASELINE].clocks["path"], path_times)]
         cell["implementations"][name] = {
             "us_per_request": statistics.median(times) * 1e6,
             "speedup": statistics.median(ratios),
@@ -453,11 +389,11 @@ def measure(
             "speedup_max": max(ratios),
             "path_us_per_request": statistics.median(path_times) * 1e6,
             "path_speedup": statistics.median(path_ratios),
-            **footprint[name],
-            "methods_us": {method: spent * 1e6 for method, spent in by_method[name][0].items()},
-            "sglang_methods": by_method[name][1],
+            **runs[name].footprint,
+            "methods_us": {method: spent * 1e6 for method, spent in runs[name].detail["methods"][0].items()},
+            "sglang_methods": runs[name].detail["methods"][1],
         }
-        core_times = core_per_round[name]
+        core_times = runs[name].clocks.get("core")
         if core_times:  # in its TreeCore; and what the cache would cost with a core costing nothing
             cell["implementations"][name]["core_us_per_request"] = statistics.median(core_times) * 1e6
             ceilings = [b / (t - c) for b, t, c in zip(per_round[BASELINE], times, core_times)]
@@ -515,68 +451,47 @@ def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
     return found
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trace", default=str(DEFAULT_TRACE), help="a Mooncake-format JSONL trace")
-    parser.add_argument("--requests", type=int, default=2000, help="replay the first N requests")
-    parser.add_argument("--rounds", type=int, default=5)
+def arguments(doc: str | None) -> Any:
+    """The options of a replay on the scheduler path."""
+    parser = harness.arguments(doc)
     parser.add_argument("--chunk", type=int, default=8192, help="chunked-prefill size in tokens")
-    parser.add_argument("--kv-events", action="store_true", help="also run the default and radix native with events")
-    parser.add_argument(
-        "--hicache", action="store_true", help="the HiCache cells (write policies x capacities) instead"
-    )
-    parser.add_argument("--check", action="store_true", help="exit non-zero on a mismatch or a missed target")
-    parser.add_argument("--json", metavar="FILE")
-    args = parser.parse_args()
-    if args.hicache and args.kv_events:
-        parser.error("SGLang refuses KV cache events with HiCache on radix-core: --kv-events and --hicache")
-    names = list(IMPLEMENTATIONS) + (EVENT_RUNS if args.kv_events else [])
+    return parser
 
-    torch.set_num_threads(1)
+
+def start(args: Any) -> list[Request] | None:
+    """The environment line, the timing probe and the trace's requests; None without radix-native."""
     radix_sglang_adapter.activate()
-    status = radix_core.backend()
-    print(f"SGLang {importlib.metadata.version('sglang')}, radix-core {radix_core.__version__} ({status.reason})")
-    print(
-        f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-    )
-    if status.active != "native":
-        print("radix-native is not in use: the native column would be the pure one", file=sys.stderr)
-        return 1
+    if not harness.native_in_use():
+        return None
     global PROBE_SECONDS
     PROBE_SECONDS = probe_seconds()
     print(f"timing probe: {PROBE_SECONDS * 1e9:.0f} ns per call, left out of the in-the-cache clock")
-    trace = read_trace(args.trace, args.requests)
-    expander = TokenExpander()
-    requests = [(expander.prompt(r), expander.output(i, r)) for i, r in enumerate(trace)]
+    requests = harness.trace_requests(args.trace, args.requests)
     tokens = sum(len(p) + len(o) for p, o in requests)
     print(f"{Path(args.trace).name}: first {len(requests)} requests, {tokens:,} tokens, chunk {args.chunk}")
-    # The floor's stream: each request's prompt, its tokens and its KV slots, as bench-anchor makes it.
-    floor_stream = None if args.hicache else trace_stream(args.trace, args.requests)
-    # Import-time objects and the requests are frozen, so that a full collection (which any cache
-    # may trigger) does not rescan them; the collector is otherwise on.
-    gc.collect()
-    gc.freeze()
+    return requests
+
+
+def main() -> int:
+    parser = arguments(__doc__)
+    parser.add_argument("--kv-events", action="store_true", help="also run the default and radix native with events")
+    args = parser.parse_args()
+    names = list(IMPLEMENTATIONS) + (EVENT_RUNS if args.kv_events else [])
+    requests = start(args)
+    if requests is None:
+        return 1
+    floor_stream = arrays(requests)  # each request's prompt, its tokens and its KV slots, as bench-anchor's
     cells = []
-    if args.hicache:
-        host_copies_move_nothing()
-        for number, (write_policy, capacity_name) in enumerate(HICACHE_CELLS):
-            with hicache_server_args(write_policy) as server_args:
-                if not number:
-                    warm_up(server_args, requests, args.chunk, HICACHE_IMPLEMENTATIONS, hicache=True)
-                cell = (False, capacity_name, write_policy)
-                cells.append(measure(server_args, requests, args.rounds, args.chunk, HICACHE_IMPLEMENTATIONS, *cell))
-    else:
-        with sh.published_server_args() as server_args:
-            warm_up(server_args, requests, args.chunk, names, hicache=False)
-            for eagle in (False, True):
-                for capacity_name in CAPACITIES:
-                    cell = measure(
-                        server_args, requests, args.rounds, args.chunk, names, eagle, capacity_name, None, floor_stream
-                    )
-                    cells.append(cell)
-    gc.unfreeze()
+    with harness.frozen_heap(), sh.published_server_args() as server_args:
+        warm_up(server_args, requests, args.chunk, names, hicache=False)
+        for eagle in (False, True):
+            for capacity_name in CAPACITIES:
+                cell = measure(
+                    server_args, requests, args.rounds, args.chunk, names, eagle, capacity_name, None, floor_stream
+                )
+                cells.append(cell)
     print()
-    return report(verdicts(cells), {"cells": cells}, args.json, args.check)
+    return harness.report(verdicts(cells), {"cells": cells}, args.json, args.check)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from radix_testing import sglang_cpu_shim  # test-only shim: SGLang imports on C
 
 sglang_cpu_shim.install()
 
-from _report import report  # noqa: E402
+from harness import report  # noqa: E402
 from sglang.srt.mem_cache import radix_cache  # noqa: E402
 
 import radix_core  # noqa: E402
