@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).resolve().parent / "e2e_probe"
 sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests" / "e2e"))
 
-from harness import cpu_model, pyplot, speedup_bars  # noqa: E402
+import harness  # noqa: E402
 from sglang_server import SITE, VOCAB, Server, ServerConfig, write_models  # noqa: E402
 from workloads import trace_prompts  # noqa: E402
 
@@ -168,12 +168,11 @@ def summarize(runs: dict[str, dict[str, list[dict]]]) -> list[dict]:
             baseline = BASELINE + WITH_EVENTS if events else BASELINE
             for metric in ("outside_forward_ms", "cache_ms"):
                 if name != baseline:
-                    ratios = [
-                        default[metric] / radix[metric]
-                        for default, radix in zip(by_cache[baseline], by_cache[name], strict=True)
-                    ]
-                    row["caches"][name][f"{metric}_ratio"] = statistics.median(ratios)
-                    row["caches"][name][f"{metric}_ratio_range"] = [min(ratios), max(ratios)]
+                    spread = harness.ratios(
+                        [run[metric] for run in by_cache[baseline]], [run[metric] for run in by_cache[name]]
+                    )
+                    row["caches"][name][f"{metric}_ratio"] = spread["speedup"]
+                    row["caches"][name][f"{metric}_ratio_range"] = [spread["speedup_min"], spread["speedup_max"]]
                 if events:  # per round: events on over events off
                     off = by_cache[name.removesuffix(WITH_EVENTS)]
                     costs = [on[metric] / plain[metric] for on, plain in zip(by_cache[name], off, strict=True)]
@@ -216,7 +215,7 @@ def print_methods(rows: list[dict], shown: int = 6) -> None:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    plt = pyplot()
+    plt = harness.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     parts = (("outside_forward_ms", "scheduler CPU outside the forward"), ("cache_ms", "in the tree cache"))
     for ax, (metric, title) in zip(axes, parts):
@@ -229,7 +228,7 @@ def plot(rows: list[dict], path: str) -> None:
             }
             for row in rows
         ]
-        speedup_bars(ax, groups, list(CACHES), [row["mode"] for row in rows])
+        harness.speedup_bars(ax, groups, list(CACHES), [row["mode"] for row in rows])
         ax.set_ylabel("ms of CPU per request")
         ax.set_title(title)
     axes[0].legend()
@@ -257,15 +256,14 @@ def main() -> int:
     trace = trace_prompts(args.warm + args.requests, VOCAB, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
     warm, prompts = trace[: args.warm], trace[args.warm :]
     tokens = sum(map(len, trace))
-    print(f"{cpu_model()}, Python {platform.python_version()}, logs in {work}")
+    print(f"{harness.cpu_model()}, Python {platform.python_version()}, logs in {work}")
     print(f"{len(warm)} + {len(prompts)} timed trace prompts, {tokens} prompt tokens, concurrency {args.concurrency}")
     pool = 2 * args.concurrency * (args.block_tokens * args.max_blocks + args.new_tokens) + tokens
     names = list(CACHES) + (EVENT_RUNS if args.kv_events else [])
     runs: dict[str, dict[str, list[dict]]] = {mode: {name: [] for name in names} for mode in MODES}
     for round_index in range(args.rounds):
         for mode, speculative in MODES.items():
-            order = names[round_index % len(names) :] + names[: round_index % len(names)]
-            for name in order:
+            for name in harness.rotated(names, round_index):
                 events = ("--kv-events-config", EVENTS_CONFIG) if name.endswith(WITH_EVENTS) else ()
                 config = ServerConfig(
                     CACHES[name.removesuffix(WITH_EVENTS)],

@@ -14,13 +14,8 @@ to import on a CPU-only machine.
 
 from __future__ import annotations
 
-import argparse
-import gc
 import importlib.metadata
-import os
-import platform
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,10 +25,9 @@ from radix_testing import sglang_cpu_shim  # test-only shim: SGLang imports on C
 
 sglang_cpu_shim.install()
 
-from harness import report  # noqa: E402
+import harness  # noqa: E402
 from sglang.srt.mem_cache import radix_cache  # noqa: E402
 
-import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
 from radix_testing import sglang_harness as sg  # noqa: E402
 from radix_testing.backends import python_reference_only  # noqa: E402
@@ -135,18 +129,12 @@ CONFIGS: dict[str, Callable] = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit non-zero on a mismatch or a missed target")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser = harness.arguments(__doc__, requests=None, rounds=7)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
 
     version = importlib.metadata.version("sglang")
-    status = radix_core.backend()
-    print(f"SGLang {version}, radix-core {radix_core.__version__} ({status.reason})")
-    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
-    if not sg.CALLS_CONVERT or status.active != "native":
+    if not harness.native_in_use(torch_threads=False) or not sg.CALLS_CONVERT:
         print("needs SGLang 0.5.10 (which calls convert_to_bigram_key) and radix-native", file=sys.stderr)
         return 1
     requests = stream(random.Random(args.seed))
@@ -154,38 +142,33 @@ def main() -> int:
     print(f"{len(requests)} requests, {tokens:,} tokens, prompts {min(len(p) for p, _ in requests):,}-"
           f"{max(len(p) for p, _ in requests):,} tokens, prefill chunks of {CHUNK}")  # fmt: skip
 
-    gc.collect()
-    gc.freeze()  # import-time objects and the stream: full collections do not rescan them
-    names = list(CONFIGS)
-    path: dict[str, list[float]] = {name: [] for name in names}
-    conversion: dict[str, list[float]] = {name: [] for name in names}
-    matches: dict[str, list[int]] = {}
-    for r in range(args.rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            gc.collect()
-            whole, inside, matches[name] = CONFIGS[name](requests)
-            path[name].append(whole)
-            conversion[name].append(inside)
+    def one(name: str) -> harness.Replay:
+        whole, inside, matched = CONFIGS[name](requests)
+        return harness.Replay({"path": whole / len(requests), "conversion": inside / len(requests)}, matched)
 
-    same = all(m == matches["adapter off"] for m in matches.values())
+    names = list(CONFIGS)
+    with harness.frozen_heap():
+        runs = harness.interleave(names, one, args.rounds, footprint=False)
+
+    same = harness.same_answers(runs, "adapter off")
     rows = {}
     print("\nper request, median of rounds; speedup vs adapter off [min-max over rounds]")
     print("| configuration | whole path | speedup | inside convert_to_bigram_key | speedup |")
     print("|---|---|---|---|---|")
     for name in names:
-        whole_ratio = sorted(b / x for b, x in zip(path["adapter off"], path[name]))
-        inside_ratio = sorted(b / x for b, x in zip(conversion["adapter off"], conversion[name]))
+        whole = harness.timing(runs, name, "adapter off", "path")
+        inside = harness.timing(runs, name, "adapter off", "conversion")
         rows[name] = {
-            "path_ms_per_request": statistics.median(path[name]) / len(requests) * 1e3,
-            "path_speedup": statistics.median(whole_ratio),
-            "conversion_ms_per_request": statistics.median(conversion[name]) / len(requests) * 1e3,
-            "conversion_speedup": statistics.median(inside_ratio),
+            "path_ms_per_request": whole["us_per_request"] / 1e3,
+            "path_speedup": whole["speedup"],
+            "conversion_ms_per_request": inside["us_per_request"] / 1e3,
+            "conversion_speedup": inside["speedup"],
         }
         row = rows[name]
         print(
             f"| {name} | {row['path_ms_per_request']:.2f} ms | {row['path_speedup']:.2f}x "
-            f"[{whole_ratio[0]:.2f}-{whole_ratio[-1]:.2f}] | {row['conversion_ms_per_request']:.2f} ms | "
-            f"{row['conversion_speedup']:.2f}x [{inside_ratio[0]:.2f}-{inside_ratio[-1]:.2f}] |"
+            f"[{whole['speedup_min']:.2f}-{whole['speedup_max']:.2f}] | {row['conversion_ms_per_request']:.2f} ms | "
+            f"{row['conversion_speedup']:.2f}x [{inside['speedup_min']:.2f}-{inside['speedup_max']:.2f}] |"
         )
     got = rows["adapter on, native"]["conversion_speedup"]
     verdicts = [
@@ -195,7 +178,7 @@ def main() -> int:
     ]  # fmt: skip
     print()
     payload = {"sglang": version, "requests": len(requests), "tokens": tokens, "rows": rows}
-    return report(verdicts, payload, args.json, args.check)
+    return harness.report(verdicts, payload, args.json, args.check)
 
 
 if __name__ == "__main__":
