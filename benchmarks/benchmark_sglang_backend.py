@@ -375,20 +375,15 @@ def measure(
     if floor:
         cell["memory_floor"] = {
             "us_per_request": statistics.median(floor) * 1e6,
-            "speedup_bound": statistics.median(b / f for b, f in zip(per_round[BASELINE], floor)),
+            "speedup_bound": harness.ratios(per_round[BASELINE], floor)["speedup"],
         }
     for name, times in per_round.items():
-        ratios = [b / t for b, t in zip(per_round[BASELINE], times)]
         events_off = per_round.get(name.removesuffix(WITH_EVENTS)) if name.endswith(WITH_EVENTS) else None
-        path_times = runs[name].clocks["path"]
-        path_ratios = [b / t for b, t in zip(runs[BASELINE].clocks["path"], path_times)]
+        path = harness.timing(runs, name, BASELINE, "path")
         cell["implementations"][name] = {
-            "us_per_request": statistics.median(times) * 1e6,
-            "speedup": statistics.median(ratios),
-            "speedup_min": min(ratios),
-            "speedup_max": max(ratios),
-            "path_us_per_request": statistics.median(path_times) * 1e6,
-            "path_speedup": statistics.median(path_ratios),
+            **harness.timing(runs, name, BASELINE),
+            "path_us_per_request": path["us_per_request"],
+            "path_speedup": path["speedup"],
             **runs[name].footprint,
             "methods_us": {method: spent * 1e6 for method, spent in runs[name].detail["methods"][0].items()},
             "sglang_methods": runs[name].detail["methods"][1],
