@@ -66,10 +66,7 @@ import radix_core  # noqa: E402
 import radix_sglang_adapter  # noqa: E402
 from radix_core.key import common_prefix_length  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402
-from radix_testing.backends import (
-    device_path,  # noqa: E402
-    python_reference_only,  # noqa: E402
-)
+from radix_testing.backends import device_path, python_reference_only  # noqa: E402
 
 CAPACITIES = {"unbounded": None, "1M": 1_000_000, "200k": 200_000}
 VOCAB = 152_064
