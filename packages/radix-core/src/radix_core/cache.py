@@ -95,14 +95,11 @@ class RadixCache:
     node_class = property(lambda self: self._store.node_class, doc="The class of the tree's nodes.")
     clock = property(lambda self: self._store.clock, doc="What the tree reads for access and creation times.")
 
-    @property
-    def on_evict(self) -> Callable[[Any], None] | None:
-        return self._store.on_evict
-
-    @on_evict.setter
-    def on_evict(self, callback: Callable[[Any], None] | None) -> None:
-        self._store.on_evict = callback
-
+    on_evict = property(
+        lambda self: self._store.on_evict,
+        lambda self, callback: setattr(self._store, "on_evict", callback),
+        doc="Called with each evicted node's value (settable).",
+    )
     on_store = property(lambda self: self._store.on_store, doc="Called with each node an insert adds.")
     on_remove = property(lambda self: self._store.on_remove, doc="Called with each node eviction takes out.")
 

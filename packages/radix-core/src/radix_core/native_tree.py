@@ -2,25 +2,12 @@
 
 A filled Python tree is about three gc-tracked objects a node, which every full collection in a
 serving process walks. Here radix-native's ``Tree`` holds nodes, locks and the eviction heap in
-C++; a node's key is a window of the inserted key's ``array('q')`` (kept, as the Python tree
-keeps it, and taken off the collector's list: an array cannot be in a cycle) or of a copy, and its
-values a copy in a bytearray (int32 widened in it; an insert without values keeps the token ids it
-slices instead), which the collector does not track; eviction hands a node's values to
-``on_evict`` as a view of their store, not copied again.
-Python holds the cache and a handle per node someone asked for (``NativeNode``, made on demand,
-one per node while it is referenced), never one object per node. The answers are the Python
-tree's, operation by operation (``radix-native/tests/test_tree.py``, and every radix-core cache
-test runs on both).
-
-The native tree holds int64 values (int32/int64 torch tensors on the CPU, int64 ndarrays,
-``array('q')``) and, with ``RADIX_CORE_DEVICE_TREE=native``, for tensors on another device
-(SGLang's KV index rows on a GPU) their positions in a device arena that keeps the indices
-themselves (``device_values``); a cache whose first value is of another kind (lists, device
-tensors otherwise) becomes the Python tree while still empty. A later value the native tree cannot
-hold losslessly, or a native failure (logged once; the process then makes no new native trees),
-makes the store give up (:class:`TreeUnusable`); the cache then swaps it for a Python store rebuilt
-from the native one (:class:`RebuiltTree`): handles given out before resolve to the rebuilt nodes,
-and nothing cached is lost.
+C++ (docs/architecture.md says how keys and values are kept); Python holds the cache and a handle
+per node someone asked for (``NativeNode``, made on demand, one per node while it is referenced).
+The answers are the Python store's, operation by operation (``radix-native/tests/test_tree.py``,
+and every radix-core cache test runs on both). A value the tree cannot hold losslessly, or a
+native failure, makes the store give up (:class:`TreeUnusable`) before it changes anything; the
+cache then swaps it for a Python store rebuilt from it (:class:`RebuiltTree`), handles included.
 """
 
 from __future__ import annotations
@@ -32,7 +19,7 @@ import sys
 import time
 import weakref
 from array import array
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any, cast
 
 from . import _backend
@@ -134,19 +121,8 @@ class NativeTree(PythonTree):
 
     tree_kind = "native"
 
-    def __init__(
-        self,
-        cache: weakref.ref,
-        page_size: int = 1,
-        is_eagle: bool = False,
-        eviction_policy: str = "lru",
-        on_evict: Callable[[Any], None] | None = None,
-        on_store: Callable[[TreeNode], None] | None = None,
-        on_remove: Callable[[TreeNode], None] | None = None,
-        node_class: type[TreeNode] = TreeNode,
-        clock: Callable[[], float] | None = None,
-    ):
-        self._handle_class = _handle_class(node_class)  # type: ignore[arg-type]
+    def __init__(self, cache: weakref.ref, *arguments: Any):
+        """``cache``: the cache this store serves; ``arguments``: PythonTree's, checked there."""
         self._epoch = 0
         self._self_ref = cache  # what handles hold
         # (id, generation) -> a weak reference to the node's one handle; entries of handles gone
@@ -163,7 +139,7 @@ class NativeTree(PythonTree):
         self._namespace_keys: dict[int, Hashable] = {0: None}
         self._namespace_numbers = itertools.count(1)
         self._tree: Any = None  # made by reset(), once PythonTree checked the arguments
-        super().__init__(page_size, is_eagle, eviction_policy, on_evict, on_store, on_remove, node_class, clock)
+        super().__init__(*arguments)
         self._reads_clock_itself = self.clock is _SYSTEM_MONOTONIC
 
     # ----- RadixCache's API, which documents it ----------------------------------------------
@@ -171,6 +147,7 @@ class NativeTree(PythonTree):
     def reset(self) -> None:
         if self._tree is None:
             self._tree = _backend.native_tree_module().Tree(self.page_size, self.is_eagle, self.eviction_policy)  # type: ignore[union-attr]
+            self._handle_class = _handle_class(self.node_class)  # type: ignore[arg-type]
         self._tree.reset()
         if self._arena is not None:
             self._arena.clear()
@@ -320,10 +297,6 @@ class NativeTree(PythonTree):
 
     def protected_size(self) -> int:
         return self._tree.protected_size()
-
-    def total_size(self) -> int:
-        """All cached units: ``evictable_size() + protected_size()`` (the tree keeps both)."""
-        return self.evictable_size() + self.protected_size()
 
     def node_count(self) -> int:
         return self._tree.node_count()

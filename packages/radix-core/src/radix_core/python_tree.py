@@ -454,14 +454,7 @@ class PythonTree:
         return self._protected_size
 
     def total_size(self) -> int:
-        total = 0
-        stack = list(self.root_node.children.values())
-        while stack:
-            node = stack.pop()
-            if node.value is not None:
-                total += len(node.value)
-            stack.extend(node.children.values())
-        return total
+        return self.evictable_size() + self.protected_size()
 
     def node_count(self) -> int:
         return self._node_count

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, cast
 
 from .key import RadixKey
 from .python_tree import InsertResult, KeyLike, LazyHeap, MatchResult, PythonTree, TreeNode, descend, no_indices
-from .values import value_kind_of
+from .values import ValueKind, value_kind_of
 
 __all__ = [
     "WRITE_POLICIES",
@@ -43,6 +43,15 @@ __all__ = [
 # The hit count at which a node on the device is to be backed up to the host; None: only when
 # device eviction takes it (write_back).
 WRITE_POLICIES: dict[str, int | None] = {"write_through": 1, "write_through_selective": 2, "write_back": None}
+
+
+def _checked_host_value(host_value: Any, units: int) -> ValueKind:
+    """The kind of a host value, which must hold an item per unit of ``units``."""
+    kind = value_kind_of(host_value)
+    kind.check(host_value)
+    if kind.length(host_value) != units:
+        raise ValueError(f"host value has {kind.length(host_value)} items for {units} units")
+    return kind
 
 
 class TieredNode(TreeNode):
@@ -220,10 +229,7 @@ class TieredRadixCache(PythonTree):
         self._check_in_tree(node)
         if node.value is None or node.host_value is not None:
             raise ValueError(f"{node!r} needs a device value and no host value to be backed up")
-        kind = value_kind_of(host_value)
-        kind.check(host_value)
-        if kind.length(host_value) != len(node.key):
-            raise ValueError(f"host value has {kind.length(host_value)} items for a node of {len(node.key)} units")
+        _checked_host_value(host_value, len(node.key))
         node.host_value = host_value
         self._host_size += len(node.key)
         self._note_duplicate(node)
@@ -304,10 +310,7 @@ class TieredRadixCache(PythonTree):
         host pool for good."""
         self._check_in_tree(node)
         key = self._as_cache_key(key)
-        kind = value_kind_of(host_value)
-        kind.check(host_value)
-        if kind.length(host_value) != len(key):
-            raise ValueError(f"host value has {kind.length(host_value)} items for a key of {len(key)} units")
+        kind = _checked_host_value(host_value, len(key))
         key = key.page_aligned(self.page_size)
         units = len(key)
         access_time = self.clock()
