@@ -42,6 +42,11 @@ TEST_REQUIREMENTS = [
 # and radix-native's (tests-pure, -native, -sanitizers, -wheels): CPU-bound, independent tests.
 PARALLEL_TEST_REQUIREMENTS = ["pytest-xdist==3.8.0", "execnet==2.1.2"]
 ON_BOTH_CORES = ["-n", "2"]
+# A quarter of each property test's Hypothesis examples (radix_testing.examples; at least 10) where
+# the session's point is not the search itself: tests-sanitizers (the same native paths, under
+# ASan/UBSan) and tests-wheels (the installed wheels on each Python). tests-pure and tests-native
+# run every property test at its full count, on both backends.
+FEWER_EXAMPLES = {"RADIX_HYPOTHESIS_SCALE": "0.25"}
 # The local CPU build; any other pin (or none) pulls a multi-GB CUDA build.
 TORCH = "torch==2.13.0"
 MATPLOTLIB = "matplotlib==3.11.2"
@@ -112,7 +117,7 @@ SANITIZED_TESTS = [
 def tests_sanitizers(session: nox.Session) -> None:
     """radix-native built with ASan and UBSan; its kernel and tree tests, the differential fuzz
     through radix_core and RadixCache's tests (its native tree among them) run under them, and any
-    report fails the session."""
+    report fails the session. Property tests run a quarter of their examples (FEWER_EXAMPLES)."""
     session.install(CORE, TESTING, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
     session.install(
         NATIVE,
@@ -142,6 +147,7 @@ def tests_sanitizers(session: nox.Session) -> None:
         "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
         "PYTHONMALLOC": "malloc",
         "RADIX_EXPECT_BACKEND": "native",
+        **FEWER_EXAMPLES,
     }
     pytest = ["python", "-m", "pytest", "-p", "no:cacheprovider", *ON_BOTH_CORES]
     session.run(*pytest, *SANITIZED_TESTS, *session.posargs, env=env)
@@ -246,7 +252,8 @@ def tests_wheels(session: nox.Session, py: str) -> None:
     """The built wheels, not the source tree: `pip install radix-core[native]` from dist/ alone
     into a fresh venv of Python `py`; radix-core's and radix-native's tests native (each test also
     runs its Python backend there); a mismatched radix-native must give the ABI message; then,
-    without radix-native, the tests of what its absence changes (backend choice, the cache's tree)."""
+    without radix-native, the tests of what its absence changes (backend choice, the cache's tree).
+    Property tests run a quarter of their examples (FEWER_EXAMPLES)."""
     venv = ROOT / ".nox" / f"tests-wheels-{py}"
     shutil.rmtree(venv, ignore_errors=True)
     session.run(interpreter(session, py), "-m", "venv", str(venv), external=True)
@@ -267,7 +274,7 @@ def tests_wheels(session: nox.Session, py: str) -> None:
 
     def run_tests(expected: str, *suites: str) -> None:
         pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", *ON_BOTH_CORES, *suites, *session.posargs]
-        session.run(*pytest, env={"RADIX_EXPECT_BACKEND": expected}, external=True)
+        session.run(*pytest, env={"RADIX_EXPECT_BACKEND": expected, **FEWER_EXAMPLES}, external=True)
 
     (core_wheel,) = DIST.glob("radix_core-*.whl")
     release = core_wheel.name.split("-")[1]

@@ -19,6 +19,7 @@ from radix_core import (
     python_convert_to_bigram_key,
     python_pack_bigram_keys,
 )
+from radix_testing.examples import examples
 
 any_int = st.integers(min_value=-(2**80), max_value=2**80)
 token_like = st.one_of(
@@ -44,13 +45,13 @@ def assert_same_pairs(result, tokens):
         assert pair[0] is tokens[i] and pair[1] is tokens[i + 1]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(tokens=st.lists(any_int, max_size=300))
 def test_int_lists_match_the_reference(backend_name, tokens):
     assert_same_pairs(convert_to_bigram_key(tokens), tokens)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(tokens=st.lists(token_like, max_size=40).filter(lambda t: not t or not isinstance(t[0], tuple)))
 def test_any_objects_match_the_reference(backend_name, tokens):
     assert_same_pairs(convert_to_bigram_key(tokens), tokens)
@@ -98,7 +99,7 @@ def test_a_tuple_later_in_the_list_is_just_an_item(backend_name):
     assert_same_pairs(convert_to_bigram_key(tokens), tokens)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(tokens=st.lists(token_like, max_size=40).filter(lambda t: not t or not isinstance(t[0], tuple)))
 def test_the_pure_path_pairs_what_sglangs_list_comprehension_pairs(tokens):
     """The reference pairs lists and tuples by iterators: the same pairs of the same objects."""
@@ -191,7 +192,7 @@ def expected_packed(tokens):
     return [(a << 32) | b for a, b in zip(tokens, tokens[1:])]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(tokens=st.lists(token_ids, max_size=200))
 def test_pack_matches_the_reference_from_lists_tuples_and_buffers(backend_name, tokens):
     want = expected_packed(tokens)

@@ -15,6 +15,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from radix_core import EVICTION_POLICIES, RadixCache, RadixKey
 from radix_testing.cache_invariants import check_invariants
 from radix_testing.cache_machine import make_machine
+from radix_testing.examples import examples
 
 
 def test_sglang_example_tree(backend_name):
@@ -142,7 +143,7 @@ def tree_state(cache: RadixCache) -> list:
     return state + [list(v) for v in freed]
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     turns=st.lists(
         st.tuples(st.lists(st.integers(0, 3), max_size=12), st.integers(0, 3), st.booleans(), st.booleans()),
@@ -540,14 +541,15 @@ def test_reset_empties_the_cache():
 def test_random_operation_sequences(backend_name, ticking_clock, page_size, is_eagle, policy):
     run_state_machine_as_test(
         make_machine(page_size, is_eagle, policy),
-        settings=settings(max_examples=40, stateful_step_count=40, deadline=None),
+        settings=settings(max_examples=examples(40), stateful_step_count=40, deadline=None),
     )
 
 
 @pytest.mark.parametrize("policy", sorted(set(EVICTION_POLICIES) - {"lru", "lfu", "priority"}))
 def test_random_operation_sequences_other_policies(backend_name, ticking_clock, policy):
     run_state_machine_as_test(
-        make_machine(1, False, policy), settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
+        make_machine(1, False, policy),
+        settings=settings(max_examples=examples(25), stateful_step_count=30, deadline=None),
     )
 
 

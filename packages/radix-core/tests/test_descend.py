@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from radix_core import RadixCache, RadixKey
 from radix_core.cache import TreeNode, descend, python_descend
+from radix_testing.examples import examples
 
 # Few distinct tokens, so that keys share prefixes and branch at every depth.
 token_lists = st.lists(st.integers(0, 3), min_size=0, max_size=24)
@@ -28,7 +29,7 @@ def walk_both(node: TreeNode, key: RadixKey, position: int, page_size: int) -> t
     return reference
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     page_size=st.sampled_from([1, 2, 4]),
     is_eagle=st.booleans(),

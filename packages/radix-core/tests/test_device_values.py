@@ -16,6 +16,7 @@ from radix_core.device_values import DeviceArena
 from radix_testing.backends import device_path
 from radix_testing.cache_invariants import check_invariants
 from radix_testing.cache_machine import make_machine
+from radix_testing.examples import examples
 
 torch = pytest.importorskip("torch")
 
@@ -115,7 +116,7 @@ def test_random_operation_sequences_on_the_device_path(native_tree, page_size, i
 
     with device_path():
         run_state_machine_as_test(
-            DeviceMachine, settings=settings(max_examples=30, stateful_step_count=40, deadline=None)
+            DeviceMachine, settings=settings(max_examples=examples(30), stateful_step_count=40, deadline=None)
         )
 
 

@@ -23,6 +23,7 @@ from radix_core import (
     python_convert_to_bigram_key,
     python_pack_bigram_keys,
 )
+from radix_testing.examples import examples
 
 np = pytest.importorskip("numpy")
 
@@ -170,7 +171,7 @@ def converted(convert, recipe):
     return kind, pair_positions(result, tokens, items) if kind == "ok" else result
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(recipe=recipes)
 def test_conversion_of_hostile_inputs_matches_the_reference(backend_name, recipe):
     assert converted(convert_to_bigram_key, recipe) == converted(python_convert_to_bigram_key, recipe)
@@ -190,13 +191,13 @@ def packed(pack, recipe, out_kind):
     return kind, type(result).__name__, list(result), None if out is None else list(out)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(recipe=recipes, out_kind=st.sampled_from(["none", "fresh", "overlapping"]))
 def test_packing_of_hostile_inputs_matches_the_reference(backend_name, recipe, out_kind):
     assert packed(pack_bigram_keys, recipe, out_kind) == packed(python_pack_bigram_keys, recipe, out_kind)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(recipe=plain_recipes)
 def test_packing_into_its_own_input_gives_the_reference_answer(backend_name, recipe):
     assert packed(pack_bigram_keys, recipe, "overlapping") == packed(python_pack_bigram_keys, recipe, "overlapping")
@@ -213,7 +214,7 @@ offsets = st.one_of(
 )
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(a=plain_recipes, b=plain_recipes, a_start=offsets, b_start=offsets, length=offsets)
 def test_prefix_lengths_of_hostile_arguments_match_the_reference(backend_name, a, b, a_start, b_start, length):
     def run(kernel):

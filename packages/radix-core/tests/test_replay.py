@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from radix_core.__main__ import capacity_list, main
 from radix_core.replay import replay, replay_sweep, terminal_progress
 from radix_core.trace import BLOCK_TOKENS, TokenExpander, TraceRequest
+from radix_testing.examples import examples
 
 # Small traces: a few blocks drawn from a small set, so prompts share prefixes.
 requests_strategy = st.lists(
@@ -49,7 +50,7 @@ def oracle_hits(requests: list[TraceRequest], page_size: int, eagle: bool) -> li
     return hits
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(requests=requests_strategy, page_size=st.sampled_from([1, 16]), eagle=st.booleans())
 def test_unbounded_hits_match_a_brute_force_oracle(backend_name, requests, page_size, eagle):
     result = replay(requests, None, "lru", page_size, eagle)

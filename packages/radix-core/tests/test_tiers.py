@@ -21,6 +21,7 @@ from hypothesis.stateful import (
 
 from radix_core import WRITE_POLICIES, RadixKey, TieredRadixCache
 from radix_testing.cache_invariants import check_tiered_invariants
+from radix_testing.examples import examples
 
 SEGMENTS = [[7, 7, 7, 7], [1, 2, 3, 4, 5, 6], [9, 8]]
 keys = st.tuples(
@@ -351,7 +352,7 @@ def make_machine(page_size: int, is_eagle: bool, policy: str, write_policy: str)
 def test_the_tiers_follow_the_model(backend_name, write_policy, page_size, is_eagle):
     run_state_machine_as_test(
         make_machine(page_size, is_eagle, "lru", write_policy),
-        settings=settings(max_examples=30, stateful_step_count=40, deadline=None),
+        settings=settings(max_examples=examples(30), stateful_step_count=40, deadline=None),
     )
 
 
@@ -359,7 +360,7 @@ def test_the_tiers_follow_the_model(backend_name, write_policy, page_size, is_ea
 def test_the_tiers_follow_the_model_under_each_policy(backend_name, policy):
     run_state_machine_as_test(
         make_machine(1, False, policy, "write_through_selective"),
-        settings=settings(max_examples=15, stateful_step_count=30, deadline=None),
+        settings=settings(max_examples=examples(15), stateful_step_count=30, deadline=None),
     )
 
 

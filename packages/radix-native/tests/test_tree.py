@@ -24,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import radix_core
 from radix_core.cache import EVICTION_POLICIES
 from radix_native import _tree  # a missing module fails the native session
+from radix_testing.examples import examples
 
 NAMESPACES = [None, "lora-a"]
 tokens = st.lists(st.integers(0, 3), max_size=14)
@@ -266,7 +267,7 @@ class TreeAgainstPython(RuleBasedStateMachine):
 
 
 TestTreeAgainstPython = TreeAgainstPython.TestCase
-TestTreeAgainstPython.settings = settings(max_examples=300, stateful_step_count=50)
+TestTreeAgainstPython.settings = settings(max_examples=examples(300), stateful_step_count=50)
 
 
 def test_abi_is_what_this_release_expects():
