@@ -323,7 +323,8 @@ SGLANG_SERVER_DEPS = [
     "soundfile==0.13.1", "cffi==2.1.1", "pycparser==3.12", "xgrammar==0.2.7", "typer==0.29.2",
     "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2", "shellingham==1.5.4", "opentelemetry-api==1.45.2",
 ]  # fmt: skip
-# Each release, with the openai client it pins.
+# Each release, with the openai client it pins. .ci/run and the README's test command name each
+# release's adapter sessions, newest release first (switching the shared environment costs a minute).
 SGLANG_RELEASES = {"0.5.10": "openai==2.6.1", "0.5.23": "openai==2.8.0"}
 NATIVE_WHEELS = ROOT / ".nox" / "_wheels"
 
