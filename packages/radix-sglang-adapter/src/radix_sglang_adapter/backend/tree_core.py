@@ -63,6 +63,31 @@ NodeId = int
 _node_id = operator.attrgetter("id")  # how this core names a node to SGLang
 
 
+def _refuse(what: str) -> NoReturn:
+    raise NotImplementedError(
+        f"--radix-cache-backend radix does not serve {what} with HiCache yet; run without it, or use SGLang's own cache"
+    )
+
+
+def _refused(what: str) -> Callable[..., NoReturn]:
+    """A method of SGLang's interface that this core refuses (whatever it is called with)."""
+
+    def refuse(self: RadixTreeCore, *args: Any, **kwargs: Any) -> NoReturn:
+        _refuse(what)
+
+    return refuse
+
+
+def _policy_setting(attribute: str) -> Any:
+    """A setting SGLang's controller reads and writes; each write re-syncs the tree's backup policy."""
+
+    def write(core: RadixTreeCore, value: Any) -> None:
+        setattr(core, attribute, value)
+        core._sync_policy()
+
+    return property(operator.attrgetter(attribute), write)
+
+
 class CoreNode(TieredNode):
     """A tiered node that files itself by id in its core's arena when made (splits included).
 
@@ -105,32 +130,10 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         self._node_class = type("CoreNode", (CoreNode,), {"__slots__": (), "core": weakref.ref(self)})
         self.reset()
 
-    @staticmethod
-    def _refuse(what: str) -> NoReturn:
-        raise NotImplementedError(
-            f"--radix-cache-backend radix does not serve {what} with HiCache yet; "
-            "run without it, or use SGLang's own cache"
-        )
-
     # ----- state the controller reads and writes ---------------------------------------------
 
-    @property
-    def write_through_threshold(self) -> int:
-        return self._write_through_threshold
-
-    @write_through_threshold.setter
-    def write_through_threshold(self, threshold: int) -> None:
-        self._write_through_threshold = threshold
-        self._sync_policy()
-
-    @property
-    def is_write_back(self) -> bool:
-        return self._is_write_back
-
-    @is_write_back.setter
-    def is_write_back(self, write_back: bool) -> None:
-        self._is_write_back = write_back
-        self._sync_policy()
+    write_through_threshold = _policy_setting("_write_through_threshold")
+    is_write_back = _policy_setting("_is_write_back")
 
     def _sync_policy(self) -> None:
         """The tree backs up what SGLang's core would: on a hit threshold with HiCache on and
@@ -144,9 +147,6 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     def set_hicache_enabled(self) -> None:
         self.enable_hicache = True
         self._sync_policy()
-
-    def set_host_memory_buffer_only(self) -> None:
-        self._refuse("buffer-only host memory")
 
     # ----- the tree ---------------------------------------------------------------------------
 
@@ -452,29 +452,23 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     def protected_size(self) -> int:
         return self.tree.protected_size()
 
+    full_evictable_size = evictable_size
+    full_protected_size = protected_size
+
     def component_evictable_size(self, component_type: ComponentType) -> int:
         return self.tree.evictable_size() if component_type == FULL else 0
 
     def component_protected_size(self, component_type: ComponentType) -> int:
         return self.tree.protected_size() if component_type == FULL else 0
 
-    def full_evictable_size(self) -> int:
-        return self.tree.evictable_size()
-
-    def full_protected_size(self) -> int:
-        return self.tree.protected_size()
-
-    def swa_evictable_size(self) -> int:
+    def _no_component(self) -> int:
+        """SWA and mamba sizes: this core has neither component."""
         return 0
 
-    def swa_protected_size(self) -> int:
-        return 0
-
-    def mamba_evictable_size(self) -> int:
-        return 0
-
-    def mamba_protected_size(self) -> int:
-        return 0
+    swa_evictable_size = _no_component
+    swa_protected_size = _no_component
+    mamba_evictable_size = _no_component
+    mamba_protected_size = _no_component
 
     def total_size(self) -> tuple[int, int]:
         return self.tree.total_size(), 0
@@ -497,7 +491,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     def _full_only(self, component_type: ComponentType) -> None:
         if component_type != FULL:
-            self._refuse(f"the {component_type.name} component")
+            _refuse(f"the {component_type.name} component")
 
     # ----- HiCache: backup, load-back, L3 -------------------------------------------------------
 
@@ -534,7 +528,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     def commit_backup(self, node_id: NodeId, host_indices: torch.Tensor, comp_xfers: dict) -> None:
         if comp_xfers:
-            self._refuse("auxiliary component transfers")
+            _refuse("auxiliary component transfers")
         if host_indices.numel() > 0:
             self.tree.commit_backup(self._node(node_id), host_indices.clone())
 
@@ -542,7 +536,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         self, node_id: NodeId, device_indices: torch.Tensor, kv_xfer: PoolTransfer, comp_xfers: dict
     ) -> list[Any]:
         if comp_xfers:
-            self._refuse("auxiliary component transfers")
+            _refuse("auxiliary component transfers")
         kv_xfer.device_indices = device_indices
         nodes = [self._node(nid) for nid in kv_xfer.nodes_to_load or ()]
         anchor = self._node(node_id) if self._is_write_back else None  # pins host copies, as SGLang
@@ -555,7 +549,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     def commit_hicache_transfers(self, node_id: NodeId, phase: CacheTransferPhase, comp_xfers: dict, **_: Any) -> None:
         if comp_xfers:
-            self._refuse("auxiliary component transfers")
+            _refuse("auxiliary component transfers")
 
     def mark_write_through_pending(self, node_ids: list[NodeId], ack_id: NodeId) -> list[NodeId]:
         nodes = [self._node(node_id) for node_id in node_ids]
@@ -599,58 +593,28 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     # ----- refused: what this core does not serve -----------------------------------------------
 
-    def snapshot_buffer_backup(self, node_id: NodeId, pass_prefix_keys: bool) -> NoReturn:
-        self._refuse("buffer-only host memory")
-
-    def validate_buffer_backup(self, node_id: NodeId, expected_key_length: int) -> NoReturn:
-        self._refuse("buffer-only host memory")
-
-    def dec_swa_lock_only(self, node_id: NodeId, params: DecLockRefParams) -> NoReturn:
-        self._refuse("the SWA component")
-
-    def finish_mamba_state_eviction(self, node_id: NodeId) -> NoReturn:
-        self._refuse("the MAMBA component")
-
-    def finish_swa_state_eviction(self, node_id: NodeId) -> NoReturn:
-        self._refuse("the SWA component")
-
-    def evict_excess_path_states(
-        self, tail_node_id: NodeId, device_frees: Any, host_frees: Any, cache_actions: Any
-    ) -> NoReturn:
-        self._refuse("the MAMBA component")
+    set_host_memory_buffer_only = _refused("buffer-only host memory")
+    snapshot_buffer_backup = _refused("buffer-only host memory")
+    validate_buffer_backup = _refused("buffer-only host memory")
+    dec_swa_lock_only = _refused("the SWA component")
+    finish_swa_state_eviction = _refused("the SWA component")
+    swa_tombstone_ranges = _refused("the SWA component")
+    attach_swa_window = _refused("the SWA component")
+    finish_mamba_state_eviction = _refused("the MAMBA component")
+    evict_excess_path_states = _refused("the MAMBA component")
+    walk_for_kv_canary = _refused("the KV canary")
+    build_external_linker_offload_transfers = _refused("the external cache linker")
+    mark_external_cache_stored_path = _refused("the external cache linker")
+    mark_external_linker_offload_pending = _refused("the external cache linker")
+    finish_external_linker_offload = _refused("the external cache linker")
 
     def adjust_component_size(self, node_id: NodeId, component_type: ComponentType, delta: int) -> NoReturn:
-        self._refuse(f"size adjustments of the {component_type.name} component")
+        _refuse(f"size adjustments of the {component_type.name} component")
 
     def set_component_device_value(
         self, node_id: NodeId, component_type: ComponentType, value: torch.Tensor
     ) -> NoReturn:
-        self._refuse(f"the {component_type.name} component")
-
-    def swa_tombstone_ranges(
-        self, key: RadixKey, start: int, end: int, component_type: ComponentType = FULL
-    ) -> NoReturn:
-        self._refuse("the SWA component")
-
-    def attach_swa_window(
-        self, key: RadixKey, window_start: int, window_end: int, swa_values: torch.Tensor, component_type: Any = None
-    ) -> NoReturn:
-        self._refuse("the SWA component")
-
-    def walk_for_kv_canary(self, unlocked_only: bool, swa_resident_only: bool) -> NoReturn:
-        self._refuse("the KV canary")
-
-    def build_external_linker_offload_transfers(self, node_id: NodeId) -> NoReturn:
-        self._refuse("the external cache linker")
-
-    def mark_external_cache_stored_path(self, from_node_id: NodeId, until_node_id: NodeId) -> NoReturn:
-        self._refuse("the external cache linker")
-
-    def mark_external_linker_offload_pending(self, node_id: NodeId) -> NoReturn:
-        self._refuse("the external cache linker")
-
-    def finish_external_linker_offload(self, node_ids: Sequence[NodeId], ack_id: NodeId, success: bool) -> NoReturn:
-        self._refuse("the external cache linker")
+        _refuse(f"the {component_type.name} component")
 
     # ----- debugging ----------------------------------------------------------------------------
 
