@@ -36,7 +36,7 @@ import radix_core
 
 from .kv_events import HashedTreeNode, TreeEvents
 from .refusals import Setup, refusal
-from .translation import match_result, namespace
+from .translation import match_result, namespace, on_tree
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -252,14 +252,7 @@ class RadixCoreCache(RadixCache):
             return self._empty_device_indices
         return self.tree.path_indices(node)
 
-    def evictable_size(self) -> int:
-        return self.tree.evictable_size()
-
-    def protected_size(self) -> int:
-        return self.tree.protected_size()
-
-    def total_size(self) -> int:
-        return self.tree.total_size()
-
-    def pretty_print(self) -> None:
-        self.tree.pretty_print()
+    evictable_size = on_tree("evictable_size")
+    protected_size = on_tree("protected_size")
+    total_size = on_tree("total_size")
+    pretty_print = on_tree("pretty_print")

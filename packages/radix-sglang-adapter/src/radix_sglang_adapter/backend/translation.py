@@ -45,18 +45,11 @@ def match_result(
         return empty
     device, deepest = handle(found.last_node), handle(found.best_node)
     host_hit_length = found.host_hit_length
+    result = MatchResult(found.prefix_len, device, deepest, deepest, host_hit_length=host_hit_length)
     if not tree_core:
-        return MatchResult(found.prefix_len, device, deepest, deepest, host_hit_length=host_hit_length)
-    return MatchResult(
-        found.prefix_len,
-        device,
-        deepest,
-        deepest,
-        host_hit_length=host_hit_length,
-        full_kv_hit_length=found.prefix_len + host_hit_length,
-        cache_actions=[],
-        last_visited_node_id=deepest,
-    )
+        return result
+    full_kv_hit_length = found.prefix_len + host_hit_length
+    return result._replace(full_kv_hit_length=full_kv_hit_length, cache_actions=[], last_visited_node_id=deepest)
 
 
 def duplicate_ranges(inserted: radix_core.InsertResult, root: Any, protected: int) -> list[tuple[int, int]]:
@@ -82,6 +75,15 @@ def duplicate_ranges(inserted: radix_core.InsertResult, root: Any, protected: in
             ranges.append((max(start, protected), end))
         start = end
     return ranges
+
+
+def on_tree(name: str) -> Callable[..., Any]:
+    """A method that is the tree's own ``name``: ``self.tree.name(*args)``."""
+
+    def call(self: Any, *args: Any) -> Any:
+        return getattr(self.tree, name)(*args)
+
+    return call
 
 
 def merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

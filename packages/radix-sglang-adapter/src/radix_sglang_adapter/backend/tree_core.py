@@ -55,7 +55,7 @@ import radix_core
 from radix_core import TieredNode, TieredRadixCache
 
 from .refusals import Setup, refusal
-from .translation import backup_chains, duplicate_ranges, match_result, merged, namespace
+from .translation import backup_chains, duplicate_ranges, match_result, merged, namespace, on_tree
 
 FULL = ComponentType.FULL
 NodeId = int
@@ -446,12 +446,8 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     # ----- sizes and values ---------------------------------------------------------------------
 
-    def evictable_size(self) -> int:
-        return self.tree.evictable_size()
-
-    def protected_size(self) -> int:
-        return self.tree.protected_size()
-
+    evictable_size = on_tree("evictable_size")
+    protected_size = on_tree("protected_size")
     full_evictable_size = evictable_size
     full_protected_size = protected_size
 
@@ -623,5 +619,4 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             assert node_id in self._arena, f"write-through of node {node_id} pending on a node gone from the tree"
         assert self.is_write_back or self.is_write_through_compatible(), "host copies must form a rooted subtree"
 
-    def pretty_print(self) -> None:
-        self.tree.pretty_print()
+    pretty_print = on_tree("pretty_print")
