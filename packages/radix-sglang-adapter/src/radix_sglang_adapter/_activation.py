@@ -21,7 +21,6 @@ from ._settings import (
     AdapterError,
     Release,
     boolean_env,
-    kill_switch,
     release_of,
     release_text,
     sglang_version,
@@ -87,11 +86,6 @@ def _set(state: State, reason: str) -> AdapterStatus:
     return status()
 
 
-def accelerate_match_requested() -> bool:
-    """True when RADIX_SGLANG_ADAPTER_ACCELERATE_MATCH asks for the native RadixKey.match_at."""
-    return boolean_env(ACCELERATE_ENV)
-
-
 def activate(
     *, source: str = "activate()", accelerate_match: bool | None = None, parts: tuple[Part, ...] = PARTS
 ) -> AdapterStatus:
@@ -106,11 +100,11 @@ def activate(
     kill switch) takes them back."""
     global _activated_by, _points
     with _lock:
-        if kill_switch():
+        if boolean_env(DISABLE_ENV):  # the kill switch
             deactivate()
             return _set("disabled", f"{DISABLE_ENV} is set: SGLang keeps its own functions and cache")
         if accelerate_match is None:
-            accelerate_match = accelerate_match_requested()
+            accelerate_match = boolean_env(ACCELERATE_ENV)
         version = sglang_version()
         if version is None:
             _set("refused", "SGLang is not installed")

@@ -36,11 +36,6 @@ def boolean_env(name: str) -> bool:
     raise AdapterError(f"{name}={raw!r} is not a boolean; use 1/true/yes/on or 0/false/no/off")
 
 
-def kill_switch() -> bool:
-    """True when RADIX_SGLANG_ADAPTER_DISABLE asks to leave SGLang alone; raises on an unknown value."""
-    return boolean_env(DISABLE_ENV)
-
-
 def sglang_version() -> str | None:
     try:
         return importlib.metadata.version("sglang")
