@@ -168,26 +168,14 @@ class RadixCoreHiCache(RadixCoreCache):
         metrics = self.metrics_collector
         if metrics is None:
             return
-        count_tokens, count_bytes, observe = (
-            (
-                metrics.increment_load_back_num_tokens,
-                metrics.increment_load_back_num_bytes,
-                metrics.observe_load_back_duration,
-            )
-            if load_back
-            else (
-                metrics.increment_backup_num_tokens,
-                metrics.increment_backup_num_bytes,
-                metrics.observe_backup_duration,
-            )
-        )
+        kind = "load_back" if load_back else "backup"  # increment_backup_num_tokens and the like
         for pool, tokens in (ack.num_tokens_by_pool or {}).items():
             if tokens > 0:
-                count_tokens(num_tokens=tokens, pool=pool)
+                getattr(metrics, f"increment_{kind}_num_tokens")(num_tokens=tokens, pool=pool)
         if ack.num_bytes > 0:
-            count_bytes(ack.num_bytes)
+            getattr(metrics, f"increment_{kind}_num_bytes")(ack.num_bytes)
         if ack.timing_enabled:
-            observe(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)
+            getattr(metrics, f"observe_{kind}_duration")(ack.start_event.elapsed_time(ack.finish_event) / 1000.0)
 
     @staticmethod
     def _landed(queue: list) -> list:
