@@ -152,20 +152,20 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     def reset(self) -> None:
         self._arena: dict[int, CoreNode] = {}
+        self._device_frees: list[Any] = []  # what the tree freed, until _collect() hands it to SGLang
+        self._host_frees: list[Any] = []
         self.tree = TieredRadixCache(
             self.page_size,
             self.is_eagle,
             self.eviction_policy,
-            on_evict=self._freed_on_device,
-            on_host_evict=self._freed_on_host,
+            on_evict=self._device_frees.append,
+            on_host_evict=self._host_frees.append,
             on_store=self._hash_if_stored,
             on_remove=self._forget,
             node_class=self._node_class,
         )
         self.root_node = self.tree.root_node
         self._namespaces: dict[Any, tuple[Any, Any]] = {}
-        self._device_frees: list[Any] = []
-        self._host_frees: list[Any] = []
         self._eviction_target = 0
         self._sync_policy()
         root = self.root_node.id
@@ -372,12 +372,6 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return DecLockRefResult()
 
     # ----- eviction -----------------------------------------------------------------------------
-
-    def _freed_on_device(self, value: Any) -> None:
-        self._device_frees.append(value)
-
-    def _freed_on_host(self, value: Any) -> None:
-        self._host_frees.append(value)
 
     def _collect(self, result: BaseEvictionResult) -> Any:
         """Move what the tree freed during the step into the step's result."""
