@@ -25,31 +25,28 @@ def split_namespace(tree_namespace: Any) -> tuple[str | None, str | None]:
     return tree_namespace if isinstance(tree_namespace, tuple) else (tree_namespace, None)
 
 
-def _same(node: Any) -> Any:
-    return node
-
-
 def match_result(
-    found: radix_core.MatchResult,
-    root: Any,
-    empty: MatchResult,
-    handle: Callable[[Any], Any] = _same,
-    *,
-    tree_core: bool = False,
+    found: radix_core.MatchResult, root: Any, empty: MatchResult, *, tree_core: bool = False
 ) -> MatchResult:
     """radix-core's match (on either tree) as SGLang's ``MatchResult``: the device prefix and, on a
-    tiered tree, how far the host tier goes past it; ``empty`` where nothing matched. ``handle``
-    names a node as the caller gives nodes to SGLang (the node, or a TreeCore's node id);
-    ``tree_core``: also the fields UnifiedRadixCache reads of its TreeCore."""
-    if found.best_node is root:
+    tiered tree, how far the host tier goes past it; ``empty`` where nothing matched. For a
+    ``tree_core``, nodes by id, and the fields UnifiedRadixCache reads of its TreeCore."""
+    best = found.best_node
+    if best is root:
         return empty
-    device, deepest = handle(found.last_node), handle(found.best_node)
     host_hit_length = found.host_hit_length
-    result = MatchResult(found.prefix_len, device, deepest, deepest, host_hit_length=host_hit_length)
     if not tree_core:
-        return result
-    full_kv_hit_length = found.prefix_len + host_hit_length
-    return result._replace(full_kv_hit_length=full_kv_hit_length, cache_actions=[], last_visited_node_id=deepest)
+        return MatchResult(found.prefix_len, found.last_node, best, best, host_hit_length=host_hit_length)
+    return MatchResult(
+        found.prefix_len,
+        found.last_node.id,
+        best.id,
+        best.id,
+        host_hit_length=host_hit_length,
+        full_kv_hit_length=found.prefix_len + host_hit_length,
+        cache_actions=[],
+        last_visited_node_id=best.id,
+    )
 
 
 def duplicate_ranges(inserted: radix_core.InsertResult, root: Any, protected: int) -> list[tuple[int, int]]:

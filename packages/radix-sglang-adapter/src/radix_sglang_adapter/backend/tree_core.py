@@ -60,8 +60,6 @@ from .translation import backup_chains, duplicate_ranges, match_result, merged, 
 FULL = ComponentType.FULL
 NodeId = int
 
-_node_id = operator.attrgetter("id")  # how this core names a node to SGLang
-
 
 def _refuse(what: str) -> NoReturn:
     raise NotImplementedError(
@@ -273,7 +271,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
         found = self.tree.match_prefix(self._tree_key(params.key), indices=False)
-        return match_result(found, self.root_node, self._empty_match_result, _node_id, tree_core=True)
+        return match_result(found, self.root_node, self._empty_match_result, tree_core=True)
 
     @property
     def empty_match_result(self) -> MatchResult:
