@@ -27,6 +27,8 @@ BINDING_MODULES = (
 )
 SWA_MODULE, SWA_CLASS = "sglang.srt.mem_cache.swa_radix_cache", "SWARadixCache"
 RADIX_KEY_MODULE = "sglang.srt.mem_cache.radix_cache"
+CONVERSION_TARGET = f"{UTILS_MODULE}.{FUNCTION}"
+MATCH_AT_TARGET = f"{RADIX_KEY_MODULE}.RadixKey.match_at"
 
 # "not patched" is the one bad state: SGLang holds something else than what activation put there.
 PointState = Literal["patched", "restored", "binds at import", "not in this release", "not patched"]
@@ -98,7 +100,7 @@ def apply(version: str, accelerate_match: bool) -> list[PatchPoint]:
 
 def replaced(points: list[PatchPoint] | tuple[PatchPoint, ...]) -> list[str]:
     """The SGLang functions that ``apply`` replaced, by name, from its patch points."""
-    names = {f"{UTILS_MODULE}.{FUNCTION}": FUNCTION, f"{RADIX_KEY_MODULE}.RadixKey.match_at": "RadixKey.match_at"}
+    names = {CONVERSION_TARGET: FUNCTION, MATCH_AT_TARGET: "RadixKey.match_at"}
     return [names[point.target] for point in points if point.state == "patched" and point.target in names]
 
 
@@ -109,15 +111,11 @@ def restore() -> list[PatchPoint]:
         utils = sys.modules.get(UTILS_MODULE)
         if utils is not None and getattr(utils, FUNCTION, None) is sglang_convert_to_bigram_key:
             setattr(utils, FUNCTION, _original)
-            points += [
-                PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "restored"),
-                *_rebind_modules(sglang_convert_to_bigram_key, _original, "restored"),
-                _rebind_swa_instances(sglang_convert_to_bigram_key, _original, "restored"),
-            ]
+            points += _rebind_elsewhere(sglang_convert_to_bigram_key, _original, "restored")
     radix_key = getattr(sys.modules.get(RADIX_KEY_MODULE), "RadixKey", None)
     if radix_key is not None and radix_key.__dict__.get("match_at") is accelerated_match_at:
         radix_key.match_at = _original_match_at
-        points.append(PatchPoint(f"{RADIX_KEY_MODULE}.RadixKey.match_at", "restored"))
+        points.append(PatchPoint(MATCH_AT_TARGET, "restored"))
     return points
 
 
@@ -126,29 +124,33 @@ def _patch_conversion(utils: Any) -> list[PatchPoint]:
     global _original
     current = getattr(utils, FUNCTION, None)
     if current is None:
-        return [PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "not in this release")]
+        return [PatchPoint(CONVERSION_TARGET, "not in this release")]
     if current is not sglang_convert_to_bigram_key:
         _original = _original or current
         setattr(utils, FUNCTION, sglang_convert_to_bigram_key)
-    return [
-        PatchPoint(f"{UTILS_MODULE}.{FUNCTION}", "patched"),
-        *_rebind_modules(_original, sglang_convert_to_bigram_key, "patched"),
-        _rebind_swa_instances(_original, sglang_convert_to_bigram_key, "patched"),
-    ]
+    return _rebind_elsewhere(_original, sglang_convert_to_bigram_key, "patched")
 
 
 def _patch_match_at(radix_cache: Any, version: str) -> PatchPoint:
     """RadixKey.match_at (0.5.12+): the class attribute, so every key and every tree sees it."""
     global _original_match_at
-    target = f"{RADIX_KEY_MODULE}.RadixKey.match_at"
     radix_key = getattr(radix_cache, "RadixKey", None)
     current = getattr(radix_key, "match_at", None)
     if radix_key is None or current is None:
-        return PatchPoint(target, "not patched", f"requested, but SGLang {version} has no RadixKey.match_at")
+        return PatchPoint(MATCH_AT_TARGET, "not patched", f"requested, but SGLang {version} has no RadixKey.match_at")
     if current is not accelerated_match_at:
         _original_match_at = current
         radix_key.match_at = accelerated_match_at
-    return PatchPoint(target, "patched")
+    return PatchPoint(MATCH_AT_TARGET, "patched")
+
+
+def _rebind_elsewhere(old: Any, new: Any, done: PointState) -> list[PatchPoint]:
+    """``utils`` holds ``new`` now: the same swap wherever else SGLang holds ``old``."""
+    return [
+        PatchPoint(CONVERSION_TARGET, done),
+        *_rebind_modules(old, new, done),
+        _rebind_swa_instances(old, new, done),
+    ]
 
 
 def _rebind_modules(old: Any, new: Any, done: PointState) -> list[PatchPoint]:
@@ -158,16 +160,14 @@ def _rebind_modules(old: Any, new: Any, done: PointState) -> list[PatchPoint]:
         if name.startswith("sglang.") and name != UTILS_MODULE and getattr(module, FUNCTION, None) is old:
             setattr(module, FUNCTION, new)
             points[name] = PatchPoint(f"{name}.{FUNCTION}", done)
-    for name in BINDING_MODULES:
-        if name not in points:
-            if name not in sys.modules:
-                points[name] = PatchPoint(f"{name}.{FUNCTION}", "binds at import", "not imported yet")
-            else:
-                held = getattr(sys.modules[name], FUNCTION, None)
-                if held is new:
-                    points[name] = PatchPoint(f"{name}.{FUNCTION}", done)
-                else:
-                    points[name] = PatchPoint(f"{name}.{FUNCTION}", "not patched", f"holds {held!r}")
+    for name in (name for name in BINDING_MODULES if name not in points):
+        held = getattr(sys.modules.get(name), FUNCTION, None)
+        if name not in sys.modules:
+            points[name] = PatchPoint(f"{name}.{FUNCTION}", "binds at import", "not imported yet")
+        elif held is new:
+            points[name] = PatchPoint(f"{name}.{FUNCTION}", done)
+        else:
+            points[name] = PatchPoint(f"{name}.{FUNCTION}", "not patched", f"holds {held!r}")
     return list(points.values())
 
 
