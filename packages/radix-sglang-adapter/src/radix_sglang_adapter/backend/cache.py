@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -213,20 +214,17 @@ class RadixCoreCache(RadixCache):
         return EvictResult(num_tokens_evicted=evicted)
 
     def inc_lock_ref(self, node: Any) -> IncLockRefResult:
-        try:
-            delta = self.tree.inc_lock_ref(node)
-        except ValueError as exc:  # not (or no longer) in this tree: radix-core changed nothing
-            logger.error("inc_lock_ref(%r) ignored: %s; the tree is unchanged", node, exc)
-            return IncLockRefResult(delta=0)
-        return IncLockRefResult(delta=delta)
+        return IncLockRefResult(delta=self._lock_delta(self.tree.inc_lock_ref, node))
 
     def dec_lock_ref(self, node: Any, params: DecLockRefParams | None = None) -> DecLockRefResult:
+        return DecLockRefResult(delta=self._lock_delta(self.tree.dec_lock_ref, node))
+
+    def _lock_delta(self, change: Callable[[Any], int], node: Any) -> int:
         try:
-            delta = self.tree.dec_lock_ref(node)
-        except ValueError as exc:  # unlocked, or not in this tree: radix-core changed nothing
-            logger.error("dec_lock_ref(%r) ignored: %s; the tree is unchanged", node, exc)
-            return DecLockRefResult(delta=0)
-        return DecLockRefResult(delta=delta)
+            return change(node)
+        except ValueError as exc:  # not (or no longer) in this tree, or unlocked: radix-core changed nothing
+            logger.error("%s(%r) ignored: %s; the tree is unchanged", change.__name__, node, exc)
+            return 0
 
     def lock(self, node: Any) -> TreeLock:
         """SGLang's lock, with one shared receipt: this tree's dec_lock_ref needs none replayed."""
