@@ -222,11 +222,10 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         """A node left the tree: its id no longer resolves."""
         self._arena.pop(node.id, None)
 
-    def node_by_id(self, node_id: NodeId) -> Any:
-        return self._arena[node_id]
-
     def _node(self, node_id: NodeId) -> TieredNode:
         return self._arena[node_id]
+
+    node_by_id = _node
 
     def _tree_key(self, key: RadixKey) -> radix_core.RadixKey:
         tree_namespace = namespace(key.extra_key, key.cache_salt)
@@ -494,11 +493,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return BackupKV([node.id for node in self.tree.backup_chain(self._node(node_id))])
 
     def build_hicache_transfers(
-        self,
-        component_type: ComponentType,
-        node_id: NodeId,
-        phase: CacheTransferPhase,
-        **_: Any,
+        self, component_type: ComponentType, node_id: NodeId, phase: CacheTransferPhase, **_: Any
     ) -> list[PoolTransfer] | None:
         self._full_only(component_type)
         if phase != CacheTransferPhase.LOAD_BACK:
