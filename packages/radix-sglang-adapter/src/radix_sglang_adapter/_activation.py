@@ -1,9 +1,6 @@
-"""activate() / deactivate() / status(): one state for both parts of the adapter.
-
-The adapter has two parts: the patches (``patching``) replace SGLang functions with radix-core's;
-the backend (``backend``) registers the ``radix`` radix-cache backend. Both obey the same release
-check and kill switch. Automatic activation runs each part once the SGLang module it needs has been
-imported (see ``_startup``); an explicit ``activate()`` runs both.
+"""activate() / deactivate() / status(): one state, one release check and one kill switch for both
+parts of the adapter (``patching``, ``backend``). Automatic activation runs each part once the SGLang
+module it needs is imported (``_startup``); an explicit ``activate()`` runs both.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from .patching import PatchPoint
 logger = logging.getLogger("radix_sglang_adapter")
 
 State = Literal["inactive", "active", "disabled", "refused", "failed"]
-# The adapter's two parts: the patches of SGLang functions and the registered ``radix`` backend.
 Part = Literal["patching", "backend"]
 PARTS: tuple[Part, ...] = ("patching", "backend")
 

@@ -23,7 +23,6 @@ REGISTRY_MODULE = "sglang.srt.mem_cache.registry"
 TREE_CORE_REGISTRY_MODULE = "sglang.srt.mem_cache.unified_cache.tree_core_registry"
 TREE_CORE_MODULE = "radix_sglang_adapter.backend.tree_core"  # imported when SGLang builds a HiCache cache
 FIRST_REGISTRY_RELEASE: Release = (0, 5, 13)
-# The first release whose RadixCache has checkpoint()/path_device_indices(), the interface here.
 FIRST_BACKEND_RELEASE: Release = (0, 5, 22)
 SELECT_FLAG = f"--radix-cache-backend {BACKEND_NAME}"
 
