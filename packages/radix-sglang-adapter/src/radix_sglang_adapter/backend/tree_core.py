@@ -110,10 +110,9 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         refused = refusal(Setup.of_tree_core(params, components))
         if refused is not None:
             raise ValueError(refused)
-        policy = params.eviction_policy.lower()
         self.page_size = params.page_size
         self.is_eagle = bool(params.is_eagle)
-        self.eviction_policy = policy
+        self.eviction_policy = params.eviction_policy.lower()
         allocator = params.token_to_kv_pool_allocator
         self.device = allocator.device if allocator is not None else torch.device("cpu")
         self.enable_hicache = False
@@ -295,10 +294,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         while node is not until:
             parts.append(node.value)
             node = cast(TieredNode, node.parent)
-        if not parts:
-            return self._empty
-        parts.reverse()
-        return torch.cat(parts)
+        return torch.cat(parts[::-1]) if parts else self._empty
 
     # ----- insert -------------------------------------------------------------------------------
 
