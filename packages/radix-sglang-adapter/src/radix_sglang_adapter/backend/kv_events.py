@@ -6,14 +6,11 @@ scheduler's publisher drains after every batch. radix-core reports the same node
 ``on_remove``); here they are hashed as SGLang hashes them and handed to SGLang's own recorder,
 so coalescing, the event classes and publishing stay SGLang's.
 
-Block hashes are SGLang's: one SHA-256 per page, chained from the page before (the parent node's
-last page for a node's first), over the page's tokens as little-endian u32 (bigram pages as u32
-pairs; a page holding a token past u32 as 0xff then u64 words); a published hash is the digest's
-first 8 bytes as a signed big-endian int64, namespaced by extra key / cache salt as SGLang's
-recorder does in its two formats. A node's digests are computed once, when it is stored, and kept
-in its ``page_hashes`` (32 bytes a page), which radix-core cuts with the node in a split. They are
-computed by SGLang's own compiled hash (what its RadixCache's events use; SGLang builds it on first
-use, so a cache with events loads it when built), else by ``python_page_digests``, the reference.
+Block hashes are SGLang's: one SHA-256 per page over its tokens, chained from the page before (the
+parent node's last page for a node's first), published as int64s namespaced as SGLang's recorder
+does (``block_hashes``, ``TreeEvents``). A node's digests are computed once, when it is stored, by
+SGLang's own compiled hash (``compiled_hash``) or else ``python_page_digests``, the reference, and
+kept in its ``page_hashes`` (32 bytes a page), which radix-core cuts with the node in a split.
 """
 
 from __future__ import annotations

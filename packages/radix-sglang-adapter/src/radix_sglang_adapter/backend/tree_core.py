@@ -407,9 +407,8 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return result
 
     def demote(self, node_id: NodeId) -> DemoteResult:
-        result = DemoteResult()
         self.tree.demote(self._node(node_id))
-        return self._collect(result)
+        return self._collect(DemoteResult())
 
     def drop_subtree_no_host(self, node_id: NodeId) -> DropSubtreeNoHostResult:
         result = DropSubtreeNoHostResult()
@@ -557,12 +556,9 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         if len(result.adopted) > len(result.refilled):
             first, stop = result.adopted[-1]  # the new node's pages: SGLang keeps the hashes given
             result.last_node.page_hashes = list(hash_value[first // pages : stop // pages])
-        inserted = result.last_node if result.last_node.host_value is not None else None
-        return InsertResult(
-            prefix_len=kept_from,
-            total_len=total,
-            inserted_host_node=None if inserted is None or inserted is self.root_node else inserted.id,
-        )
+        last = result.last_node
+        inserted = last.id if last.host_value is not None and last is not self.root_node else None
+        return InsertResult(prefix_len=kept_from, total_len=total, inserted_host_node=inserted)
 
     def prefetch_anchor_info(self, node_id: NodeId) -> tuple[str | None, str | None]:
         node = self._node(node_id)
