@@ -230,7 +230,6 @@ class TreeEvents:
                 lora_id=None,
                 medium=StorageMedium.GPU,
                 cache_salt=cache_salt,
-                session_id=None,
                 lora_name=names.resolve(extra_key) if self.recorder.dynamo_format else names.get(extra_key),
             )
         )

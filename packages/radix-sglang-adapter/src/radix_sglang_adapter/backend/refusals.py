@@ -49,16 +49,10 @@ class Setup:
         return self.params.eviction_policy.lower()
 
 
-def _unknown_policy(setup: Setup) -> bool:
+def _eviction_policies() -> Collection[str]:
     from radix_core import EVICTION_POLICIES
 
-    return setup.policy not in EVICTION_POLICIES
-
-
-def _policies(setup: Setup) -> str:
-    from radix_core import EVICTION_POLICIES
-
-    return f"radix-core implements {', '.join(EVICTION_POLICIES)}"
+    return EVICTION_POLICIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +85,11 @@ REFUSALS = [
         "--enable-session-radix-cache",
         "sessions need SGLang's unified tree",
     ),
-    Refusal(_unknown_policy, "--radix-eviction-policy {policy}", _policies),
+    Refusal(
+        lambda s: s.policy not in _eviction_policies(),
+        "--radix-eviction-policy {policy}",
+        lambda s: f"radix-core implements {', '.join(_eviction_policies())}",
+    ),
     Refusal(
         lambda s: bool(s.params.eviction_policy_config),
         "--radix-eviction-policy-config",

@@ -254,9 +254,8 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     def collect_path_info(self, end_node_ids: Sequence[NodeId]) -> tuple[tuple[TreePathNodeInfo, ...], ...]:
         paths = []
         for node_id in end_node_ids:
-            chain = self.tree.path_to(self._node(node_id))
             path, start = [], 0
-            for node in chain:
+            for node in self.tree.path_to(self._node(node_id)):
                 end = start + len(node.key)
                 value = None if node.value is None else len(node.value)
                 parent = cast(TieredNode, node.parent)
