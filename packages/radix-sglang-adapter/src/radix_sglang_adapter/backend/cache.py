@@ -36,7 +36,7 @@ from sglang.srt.utils.common import ceil_align
 import radix_core
 
 from .kv_events import HashedTreeNode, TreeEvents
-from .refusals import Setup, refusal
+from .refusals import Setup, refuse_unserved
 from .translation import match_result, namespace, on_tree
 
 if TYPE_CHECKING:
@@ -60,9 +60,7 @@ class RadixCoreCache(RadixCache):
     tree: radix_core.RadixCache | radix_core.TieredRadixCache
 
     def __init__(self, params: CacheInitParams):
-        refused = refusal(Setup.of_params(params))
-        if refused is not None:
-            raise ValueError(refused)
+        refuse_unserved(Setup.of_params(params))
         super().__init__(params)  # calls reset(), which builds the tree
 
     # ----- the tree -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .refusals import Setup, refusal, tree_core_route
+from .refusals import Setup, refuse_unserved, tree_core_route
 from .registry import BACKEND_NAME, SELECT_FLAG, live_caches, register_once
 
 logger = logging.getLogger("radix_sglang_adapter")
@@ -23,9 +23,7 @@ def build_cache(ctx: Any) -> Any:
     if ctx.disable_radix_cache:
         logger.info("%s with --disable-radix-cache: no tree to run; SGLang builds its own cache", SELECT_FLAG)
         return default_radix_cache_factory(ctx)
-    refused = refusal(Setup.of_context(ctx))
-    if refused is not None:
-        raise ValueError(refused)
+    refuse_unserved(Setup.of_context(ctx))
     if ctx.enable_hierarchical_cache:
         from .hicache import RadixCoreHiCache
 

@@ -108,14 +108,13 @@ REFUSALS = [
 ]
 
 
-def refusal(setup: Setup) -> str | None:
-    """Why radix cannot serve ``setup``, naming the option and what to do, or None."""
+def refuse_unserved(setup: Setup) -> None:
+    """ValueError where radix cannot serve ``setup``, naming the option and what to do."""
     for entry in REFUSALS:
         if entry.applies(setup):
             option = entry.option.format(policy=setup.policy)
             reason = entry.reason if isinstance(entry.reason, str) else entry.reason(setup)
-            return f"{SELECT_FLAG} cannot serve with {option} ({reason}); drop that option or {SELECT_FLAG}"
-    return None
+            raise ValueError(f"{SELECT_FLAG} cannot serve with {option} ({reason}); drop that option or {SELECT_FLAG}")
 
 
 def tree_core_route(ctx: Any) -> str | None:

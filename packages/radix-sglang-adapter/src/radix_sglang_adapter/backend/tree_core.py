@@ -54,7 +54,7 @@ from sglang.srt.mem_cache.utils import get_storage_hash_str
 import radix_core
 from radix_core import TieredNode, TieredRadixCache
 
-from .refusals import Setup, refusal
+from .refusals import Setup, refuse_unserved
 from .translation import backup_chains, duplicate_ranges, match_result, merged, namespace, on_tree
 
 FULL = ComponentType.FULL
@@ -107,9 +107,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     supports_rotation_base = False
 
     def __init__(self, params: CacheInitParams, components: dict[ComponentType, Any]):
-        refused = refusal(Setup.of_tree_core(params, components))
-        if refused is not None:
-            raise ValueError(refused)
+        refuse_unserved(Setup.of_tree_core(params, components))
         self.page_size = params.page_size
         self.is_eagle = bool(params.is_eagle)
         self.eviction_policy = params.eviction_policy.lower()
