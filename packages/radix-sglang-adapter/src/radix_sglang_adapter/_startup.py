@@ -30,7 +30,6 @@ from .patching import UTILS_MODULE
 
 logger = logging.getLogger("radix_sglang_adapter")
 
-# The SGLang module each part of the adapter works on.
 PART_MODULES: dict[Part, str] = {"patching": UTILS_MODULE, "backend": REGISTRY_MODULE}
 
 

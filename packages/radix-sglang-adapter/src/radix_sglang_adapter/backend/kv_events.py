@@ -196,9 +196,7 @@ class TreeEvents:
 
     def _published(self, digests: bytes, seed: bytes | None) -> list[int]:
         hashes = block_hashes(digests)
-        if seed is None:
-            return hashes
-        return [namespaced_block_hash(block, namespace_seed=seed) for block in hashes]
+        return hashes if seed is None else [namespaced_block_hash(block, namespace_seed=seed) for block in hashes]
 
     def stored(self, node: Any) -> None:
         key = node.key

@@ -1,15 +1,12 @@
 """RadixTreeCore: SGLang's UnifiedRadixCache on radix-core's tiered tree (HiCache).
 
-SGLang 0.5.22+ keeps its hierarchical cache in ``UnifiedRadixCache``, which drives a TreeCore
-through ``UnifiedTreeCoreInterface``: node ids across the boundary, resumable inserts, step-by-step
-eviction, host values and host locks, backup and load-back specs. This core answers that interface
-with a ``radix_core.TieredRadixCache`` for full attention alone; what it does not serve (SWA and
-mamba components, session radix cache, buffer-only host memory, the external cache linker, KV
-events) is refused when asked for, naming it, never served wrong. With L3 storage on, each node
-keeps its pages' storage hashes (SGLang's own hash of SGLang's key) in ``page_hashes``, which the
-tree cuts with the node.
-
-Imported only when SGLang builds a cache with it: it imports SGLang.
+SGLang 0.5.22+'s ``UnifiedRadixCache`` drives a TreeCore through ``UnifiedTreeCoreInterface``, by
+node id. This core answers it with a ``radix_core.TieredRadixCache`` for full attention alone; what
+it does not serve (SWA and mamba components, session radix cache, buffer-only host memory, the
+external cache linker, KV events) is refused when asked for, naming it, never served wrong. With L3
+storage on, each node keeps its pages' storage hashes (SGLang's own hash of SGLang's key) in
+``page_hashes``, which the tree cuts with the node. Imported only when SGLang builds a cache with
+it: it imports SGLang.
 """
 
 from __future__ import annotations
