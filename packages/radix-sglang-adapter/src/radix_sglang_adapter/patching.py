@@ -107,11 +107,10 @@ def replaced(points: list[PatchPoint] | tuple[PatchPoint, ...]) -> list[str]:
 def restore() -> list[PatchPoint]:
     """Put SGLang's own functions back everywhere the replacements went (idempotent)."""
     points = []
-    if _original is not None:
-        utils = sys.modules.get(UTILS_MODULE)
-        if utils is not None and getattr(utils, FUNCTION, None) is sglang_convert_to_bigram_key:
-            setattr(utils, FUNCTION, _original)
-            points += _rebind_elsewhere(sglang_convert_to_bigram_key, _original, "restored")
+    utils = sys.modules.get(UTILS_MODULE)
+    if _original is not None and getattr(utils, FUNCTION, None) is sglang_convert_to_bigram_key:
+        setattr(utils, FUNCTION, _original)
+        points += _rebind_elsewhere(sglang_convert_to_bigram_key, _original, "restored")
     radix_key = getattr(sys.modules.get(RADIX_KEY_MODULE), "RadixKey", None)
     if radix_key is not None and radix_key.__dict__.get("match_at") is accelerated_match_at:
         radix_key.match_at = _original_match_at
@@ -174,8 +173,7 @@ def _rebind_modules(old: Any, new: Any, done: PointState) -> list[PatchPoint]:
 def _rebind_swa_instances(old: Any, new: Any, done: PointState) -> PatchPoint:
     """SWA caches copy the function into ``self.key_convert_fn`` when built: swap it in live ones."""
     target = f"{SWA_MODULE}.{SWA_CLASS}().key_convert_fn"
-    module = sys.modules.get(SWA_MODULE)
-    cls = getattr(module, SWA_CLASS, None)
+    cls = getattr(sys.modules.get(SWA_MODULE), SWA_CLASS, None)
     if cls is None:
         return PatchPoint(target, "binds at import", "no SWA cache module imported yet")
     swapped = 0
