@@ -60,7 +60,7 @@ class RadixCoreCache(RadixCache):
     tree: radix_core.RadixCache | radix_core.TieredRadixCache
 
     def __init__(self, params: CacheInitParams):
-        refuse_unserved(Setup.of_params(params))
+        refuse_unserved(Setup(params))
         super().__init__(params)  # calls reset(), which builds the tree
 
     # ----- the tree -----------------------------------------------------------------------------

@@ -17,17 +17,13 @@ from .registry import SELECT_FLAG
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What the refusals look at: SGLang's ``CacheInitParams`` and memory settings, whether HiCache
-    is on, and which tree components the model needs."""
+    is on, and which tree components the model needs. ``Setup(params)`` is what the parameters alone
+    say (a cache built directly, without HiCache)."""
 
     params: Any
-    memory: Any
-    hicache: bool
+    memory: Any = None
+    hicache: bool = False
     components: Collection[str] = ("FULL",)
-
-    @classmethod
-    def of_params(cls, params: Any) -> Setup:
-        """What SGLang's ``CacheInitParams`` alone say (a cache built directly, without HiCache)."""
-        return cls(params, None, False)
 
     @classmethod
     def of_context(cls, ctx: Any) -> Setup:
