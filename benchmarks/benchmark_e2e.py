@@ -51,13 +51,13 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PROBE = Path(__file__).resolve().parent / "e2e_probe"
-sys.path.insert(0, str(REPO / "packages" / "radix-sglang-adapter" / "tests" / "e2e"))
+import harness
 
-import harness  # noqa: E402
-from sglang_server import SITE, VOCAB, Server, ServerConfig, write_models  # noqa: E402
-from workloads import trace_prompts  # noqa: E402
+from radix_testing.prompts import trace_prompts
+from radix_testing.sglang_server import SITE, VOCAB, Server, ServerConfig, write_models
+
+PROBE = Path(__file__).resolve().parent / "e2e_probe"
+TRACE = Path(__file__).resolve().parent / "data" / "mooncake_synthetic_trace.jsonl"
 
 CACHES = {"SGLang default": "default", "radix native": "radix-native", "radix pure": "radix-python"}
 BASELINE = "SGLang default"
@@ -253,7 +253,8 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     models = write_models(work / "models")
-    trace = trace_prompts(args.warm + args.requests, VOCAB, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
+    count = args.warm + args.requests
+    trace = trace_prompts(TRACE, count, VOCAB, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
     warm, prompts = trace[: args.warm], trace[args.warm :]
     tokens = sum(map(len, trace))
     print(f"{harness.cpu_model()}, Python {platform.python_version()}, logs in {work}")

@@ -2,7 +2,7 @@
 
 ``install()`` runs at start-up in the launcher *and* in every process SGLang spawns (scheduler,
 detokenizer), from the ``sitecustomize`` of the servers' site directory
-(``packages/radix-sglang-adapter/tests/sglang_server_site``): the end-to-end tests and benchmark put
+(``radix_testing/server_site``): the end-to-end tests and benchmark put
 that directory first on their servers' ``PYTHONPATH``. A patch applied in the launcher alone would
 not reach the spawned processes. Never shipped: only tests and benchmarks use it.
 

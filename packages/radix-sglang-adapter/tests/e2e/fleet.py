@@ -12,7 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import workloads
-from sglang_server import (
+
+from radix_testing.sglang_server import (
     VOCAB,
     Server,
     ServerConfig,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from fleet import Served, disagreements
-from sglang_server import ServerConfig
+
+from radix_testing.sglang_server import ServerConfig
 
 RADIX_LOG = (
     "[t] radix-sglang-adapter: the prefix cache runs on radix-core native (radix-native 0.1.0 loaded), "

@@ -25,7 +25,8 @@ import workloads
 import zmq
 from fleet import MAX_NEW_TOKENS
 from sglang.srt.disaggregation.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
-from sglang_server import (
+
+from radix_testing.sglang_server import (
     VOCAB,
     Lineup,
     Server,

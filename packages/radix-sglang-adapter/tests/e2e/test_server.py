@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import workloads
 from fleet import Served, disagreements, serve
-from sglang_server import VOCAB, Lineup, Server, ServerConfig, ServerFailed, log_problems, write_models
+
+from radix_testing.sglang_server import VOCAB, Lineup, Server, ServerConfig, ServerFailed, log_problems, write_models
 
 RETRACT_OFTEN = (("SGLANG_TEST_RETRACT", "1"), ("SGLANG_TEST_RETRACT_INTERVAL", "5"))
 # Page 16, a pool of 64 pages for prompts of up to 320 tokens, prefill in chunks of 64.

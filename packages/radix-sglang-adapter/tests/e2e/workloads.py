@@ -8,18 +8,11 @@ cache can reuse are known by construction. Token ids are deterministic and below
 from __future__ import annotations
 
 import dataclasses
-import random
 from pathlib import Path
 
-from radix_core.trace import read_trace
+from radix_testing.prompts import tokens, trace_prompts
 
 TRACE = Path(__file__).resolve().parents[4] / "benchmarks" / "data" / "mooncake_synthetic_trace.jsonl"
-FIRST_TOKEN = 3  # below are the special tokens of a Llama vocabulary
-
-
-def tokens(seed: str, count: int, vocab: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(FIRST_TOKEN, vocab) for _ in range(count)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,17 +52,6 @@ def chat_stream(vocab: int) -> list[Step]:
     return steps
 
 
-def trace_prompts(count: int, vocab: int, block_tokens: int = 8, max_blocks: int = 40) -> list[list[int]]:
-    """The first ``count`` prompts of the bundled Mooncake trace, each hash-id block expanded to
-    ``block_tokens`` tokens (equal ids, equal blocks) and at most ``max_blocks`` blocks long, so
-    the trace's prefix sharing survives at a size a CPU forward serves in milliseconds."""
-    prompts = []
-    for request in read_trace(TRACE, limit=count):
-        blocks = request.hash_ids[:max_blocks]
-        prompts.append([token for hash_id in blocks for token in tokens(f"block-{hash_id}", block_tokens, vocab)])
-    return prompts
-
-
 def revisited_documents(vocab: int, documents: int = 5, tokens_each: int = 224) -> list[Step]:
     """Questions on documents that together overflow a 1,024-token pool: two on each in turn (a
     second hit, which write_through_selective backs up on), then one more on each from the first:
@@ -81,7 +63,7 @@ def revisited_documents(vocab: int, documents: int = 5, tokens_each: int = 224) 
 
 def sequential_stream(vocab: int, trace_requests: int = 16) -> list[Step]:
     """The chats and branches, prompts derived from the trace, then revisited documents."""
-    trace = [Step(tuple(prompt)) for prompt in trace_prompts(trace_requests, vocab)]
+    trace = [Step(tuple(prompt)) for prompt in trace_prompts(TRACE, trace_requests, vocab)]
     return chat_stream(vocab) + trace + revisited_documents(vocab)
 
 
@@ -89,4 +71,4 @@ def load_prompts(vocab: int, count: int = 64) -> list[list[int]]:
     """Independent prompts for concurrent clients: trace-derived, and shared system prompts."""
     systems = [tokens(f"load-system-{s}", 64, vocab) for s in range(3)]
     chats = [systems[i % 3] + tokens(f"load-user-{i}", 16 + i % 24, vocab) for i in range(count // 2)]
-    return chats + trace_prompts(count - len(chats), vocab, max_blocks=24)
+    return chats + trace_prompts(TRACE, count - len(chats), vocab, max_blocks=24)

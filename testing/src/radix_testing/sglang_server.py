@@ -1,6 +1,6 @@
 """Test-only: SGLang 0.5.23's real HTTP server on this CPU, serving one at a time, and what its log says.
 
-A server is ``python sglang_server_site/launch_sglang.py`` with a dummy-weight tiny Llama (the same
+A server is ``python server_site/launch_sglang.py`` with a dummy-weight tiny Llama (the same
 weights on every start, so two servers' greedy outputs compare token for token); that directory's
 sitecustomize loads the CPU shims in every server process (see sglang_server_shims there). Used by
 the end-to-end tests and benchmark.
@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-SITE = Path(__file__).resolve().parent.parent / "sglang_server_site"
+SITE = Path(__file__).resolve().parent / "server_site"
 VOCAB = 32000
 READY = "The server is fired up and ready to roll!"
 START_TIMEOUT_S = 180
