@@ -45,12 +45,12 @@ __all__ = [
 WRITE_POLICIES: dict[str, int | None] = {"write_through": 1, "write_through_selective": 2, "write_back": None}
 
 
-def _checked_host_value(host_value: Any, units: int) -> ValueKind:
-    """The kind of a host value, which must hold an item per unit of ``units``."""
+def _checked_host_value(host_value: Any, units: int, holder: str) -> ValueKind:
+    """The kind of a host value, which must hold an item per unit of its ``holder`` (of ``units``)."""
     kind = value_kind_of(host_value)
     kind.check(host_value)
     if kind.length(host_value) != units:
-        raise ValueError(f"host value has {kind.length(host_value)} items for {units} units")
+        raise ValueError(f"host value has {kind.length(host_value)} items for {holder} of {units} units")
     return kind
 
 
@@ -229,7 +229,7 @@ class TieredRadixCache(PythonTree):
         self._check_in_tree(node)
         if node.value is None or node.host_value is not None:
             raise ValueError(f"{node!r} needs a device value and no host value to be backed up")
-        _checked_host_value(host_value, len(node.key))
+        _checked_host_value(host_value, len(node.key), "a node")
         node.host_value = host_value
         self._host_size += len(node.key)
         self._note_duplicate(node)
@@ -310,7 +310,7 @@ class TieredRadixCache(PythonTree):
         host pool for good."""
         self._check_in_tree(node)
         key = self._as_cache_key(key)
-        kind = _checked_host_value(host_value, len(key))
+        kind = _checked_host_value(host_value, len(key), "a key")
         key = key.page_aligned(self.page_size)
         units = len(key)
         access_time = self.clock()
