@@ -44,7 +44,7 @@ from radix_testing.backends import verifying
 
 DEFAULT_SIZES = [2**k for k in range(7, 18)]  # 128 .. 131072
 VOCAB = 152_064  # Qwen2-sized vocabulary: realistic token ids, none of them small cached ints
-ELEMENTS_PER_SAMPLE = 262_144
+SAMPLE_ELEMENTS = 262_144  # tokens converted per timed sample, in batches of one size
 
 LIST_COMPREHENSION = "list comprehension"
 SEED_STYLE = "seed-style kernel"
@@ -135,10 +135,10 @@ def ratio_spread(baseline: list[float], times: list[float]) -> dict:
     }
 
 
-def measure(n: int, rounds: int, rng: random.Random) -> dict:
+def measure(n: int, rounds: int, rng: random.Random, sample_elements: int = SAMPLE_ELEMENTS) -> dict:
     tokens = [rng.randrange(VOCAB) for _ in range(n)]
     calls = variants(tokens)
-    batch = max(1, ELEMENTS_PER_SAMPLE // n)
+    batch = max(1, sample_elements // n)
     # (variant, frees timed) pairs, all interleaved round after round
     runs = [(name, True) for name in calls] + [(name, False) for name in FREES_OUTSIDE]
     samples: dict[tuple[str, bool], list[float]] = {run: [] for run in runs}
@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-speed", action="store_true", help="--check, and exit 3 if a speed target is missed")
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=DEFAULT_SIZES)
     parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds per size")
+    parser.add_argument("--sample-elements", type=int, default=SAMPLE_ELEMENTS, help="tokens per timed sample")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     args = parser.parse_args(argv)
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         print("MISMATCH", failure)
     print(f"byte-exact equality on random inputs for n in {args.sizes}: {'FAILED' if failures else 'ok'}")
 
-    rows = [measure(n, args.rounds, rng) for n in args.sizes]
+    rows = [measure(n, args.rounds, rng, args.sample_elements) for n in args.sizes]
     print_table(rows, "frees_in", "Frees in the clock, gc on (what a serving loop pays)")
     print_table(rows, "frees_outside", "Frees outside the clock, gc on")
     for line in native_lead_lines(rows):

@@ -6,7 +6,8 @@ import pytest
 
 from radix_core import convert_to_bigram_key
 
-QUICK = ["--sizes", "128,1024", "--rounds", "2"]
+# Small samples: the gate is about exit statuses and what is printed, not the timings.
+QUICK = ["--sizes", "128,1024", "--rounds", "2", "--sample-elements", "8192"]
 
 
 def swapped_last_pair(tokens):
