@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from . import _backend
 from .key import RadixKey
@@ -31,7 +31,6 @@ from .python_tree import (
 __all__ = ["EVICTION_POLICIES", "InsertResult", "MatchResult", "RadixCache", "TreeNode", "descend", "python_descend"]
 
 logger = logging.getLogger("radix_core")
-Served = TypeVar("Served")
 
 
 class RadixCache:
@@ -123,7 +122,11 @@ class RadixCache:
         """The longest cached prefix of ``key`` (whole pages), splitting a node where it ends inside
         one. ``indices=False``: the result has no indices (None), for a caller that reads them
         later by path, as SGLang does; radix-native's tree then copies none."""
-        return self._served(lambda store: store.match_prefix(key, indices=indices))
+        try:
+            return self._store.match_prefix(key, indices=indices)
+        except TreeUnusable as unusable:  # the native store gave up before changing anything
+            self._move_to_python(unusable)
+        return self._store.match_prefix(key, indices=indices)
 
     def insert(
         self,
@@ -166,24 +169,28 @@ class RadixCache:
         insert's last node and counting no hit (SGLang's checkpoint inserts the prompt again so
         that eviction drops the output first); the answer is this insert's.
         """
-        return self._served(
-            lambda store: store.insert(
-                key,
-                value,
-                priority,
-                inserted_len=inserted_len,
-                value_offset=value_offset,
-                known_path=known_path,
-                copy=copy,
-                split_at=split_at,
-                prefix_priority=prefix_priority,
-            )
-        )
+        options: dict[str, Any] = {
+            "inserted_len": inserted_len,
+            "value_offset": value_offset,
+            "known_path": known_path,
+            "copy": copy,
+            "split_at": split_at,
+            "prefix_priority": prefix_priority,
+        }
+        try:
+            return self._store.insert(key, value, priority, **options)
+        except TreeUnusable as unusable:
+            self._move_to_python(unusable)
+        return self._store.insert(key, value, priority, **options)
 
     def evict(self, num_tokens: int) -> int:
         """Evict unlocked leaves, lowest eviction priority first, until at least ``num_tokens`` units
         are gone or nothing evictable is left; returns the number evicted (whole leaves)."""
-        return self._served(lambda store: store.evict(num_tokens))
+        try:
+            return self._store.evict(num_tokens)
+        except TreeUnusable as unusable:
+            self._move_to_python(unusable)
+        return self._store.evict(num_tokens)
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Protect ``node`` and its ancestors from eviction; returns the change of evictable size."""
@@ -241,17 +248,9 @@ class RadixCache:
         """One line per node: depth-indented length, first tokens and lock count."""
         self._store.pretty_print(file)
 
-    def _served(self, call: Callable[[PythonTree], Served]) -> Served:
-        """``call`` on the store; where a native store gives up before changing anything, on the
-        Python store that replaces it."""
-        try:
-            return call(self._store)
-        except TreeUnusable as unusable:
-            self._move_to_python(unusable)
-            return call(self._store)
-
     def _move_to_python(self, unusable: TreeUnusable) -> None:
-        """Serve this cache from a Python store from now on, rebuilt from the native one. A
+        """Serve this cache from a Python store from now on, rebuilt from the native one (which
+        gave up before changing anything: the call is then repeated on the new store). A
         native failure is also the process's: radix_core stops using radix-native (logged once
         there)."""
         reason = str(unusable)
