@@ -74,6 +74,9 @@ class ServerConfig:
     flags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     tree: str | None = None  # a radix server's RADIX_CORE_TREE (None: unset, radix-core's default)
+    # How SGLang starts its scheduler and detokenizer: by fork (the launcher's --fork, a quicker
+    # start), or by spawn as SGLang itself does (each process imports SGLang and the adapter anew).
+    spawn: bool = False
 
     @property
     def name(self) -> str:
@@ -84,12 +87,14 @@ class ServerConfig:
             layout = self.flags[self.flags.index("--hicache-mem-layout") + 1]
             hicache = f"-hicache-{policy}-{layout}"
         tree = f"-{self.tree}tree" if self.tree is not None else ""
-        return f"{self.cache}{tree}-page{self.page_size}{spec}{hicache}"
+        spawned = "-spawned" if self.spawn else ""
+        return f"{self.cache}{tree}-page{self.page_size}{spec}{hicache}{spawned}"
 
     def arguments(self, target: Path, draft: Path, port: int) -> list[str]:
         """The launcher's arguments. intel_amx is the CPU attention backend with an EAGLE draft
         backend, kept by ``--fake-amx`` (see sglang_server_shims); plain serving uses torch_native."""
         arguments = ["--fake-amx"] if self.speculative else []
+        arguments += [] if self.spawn else ["--fork"]
         arguments += [
             *["--model-path", str(target), "--load-format", "dummy", "--device", "cpu"],
             *["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--dtype", "float32"],
@@ -124,6 +129,9 @@ class ServerConfig:
             "PYTHONPATH": os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
             "SGLANG_USE_CPU_ENGINE": "1",  # SGLang's is_cpu() is False without it
             "OMP_NUM_THREADS": "1",  # two servers' worth of threads on two cores make timings swing
+            # The model's torch.compile'd functions run eagerly: compiling them (a C++ build per
+            # server) made a server's first request take 10-20 s on this CPU; the same on every server.
+            "TORCH_COMPILE_DISABLE": "1",
             "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",  # a KV leak at idle is an error
             **dict(self.env),
         }

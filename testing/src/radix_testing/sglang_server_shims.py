@@ -1,7 +1,7 @@
 """Test-only: what SGLang 0.5.23's real HTTP server needs to serve on this CPU-only machine.
 
 ``install()`` runs at start-up in the launcher *and* in every process SGLang spawns (scheduler,
-detokenizer), from the ``sitecustomize`` of the servers' site directory
+detokenizer; forked ones inherit it), from the ``sitecustomize`` of the servers' site directory
 (``radix_testing/server_site``): the end-to-end tests and benchmark put
 that directory first on their servers' ``PYTHONPATH``. A patch applied in the launcher alone would
 not reach the spawned processes. Never shipped: only tests and benchmarks use it.

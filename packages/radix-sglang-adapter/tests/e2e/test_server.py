@@ -65,9 +65,10 @@ LOADED = {
 }
 CHECKED = [
     # 1. sequential chats, branches and trace prompts, page 1 (radix-core's RadixCache on
-    # radix-native's tree, its default, and on its Python tree: RADIX_CORE_TREE=python)
+    # radix-native's tree, its default, and on its Python tree: RADIX_CORE_TREE=python); one
+    # server starts its scheduler as SGLang does (spawn: the adapter activates in a fresh process)
     ServerConfig("default"),
-    ServerConfig("radix-native"),
+    ServerConfig("radix-native", spawn=True),
     ServerConfig("radix-native", tree="python"),
     # 2 and 4. page 16, an evicting pool, chunked prefill; then 32 clients, retraction, aborts, flush
     *sorted(LOADED, key=lambda config: (config.cache, config.tree or "")),
@@ -89,7 +90,7 @@ CHECKED = [
 def servers_compared(config: ServerConfig) -> list[ServerConfig]:
     """The servers a check of ``config`` reads, in order: the no-cache reference, SGLang's default
     cache with the same flags (for a radix server), ``config`` itself."""
-    default_twin = dataclasses.replace(config, cache="default", tree=None)
+    default_twin = dataclasses.replace(config, cache="default", tree=None, spawn=False)
     return [REFERENCE, *([default_twin] if config.cache != "default" else []), config]
 
 
