@@ -15,6 +15,7 @@ import pytest
 from radix_core import BACKEND_ENV, DEVICE_TREE_ENV, SGLANG_KILL_SWITCH_ENV, TREE_ENV, _backend
 from radix_core._backend import NATIVE_KERNEL_ABI, VERIFY_ENV
 from radix_testing.backend_fixtures import expected_backend
+from radix_testing.examples import examples
 
 # A stand-in radix_native; each test appends definitions that make it misbehave its own way.
 FAKE_NATIVE = f"""
@@ -390,8 +391,8 @@ for _ in range(4):
 @needs_native
 def test_daemon_threads_inside_the_kernels_at_interpreter_exit_never_crash():
     """CPython ends daemon threads with pthread_exit when they wake after shutdown; the kernels
-    run no Python code and hold nothing a C++ unwind would release without the GIL. 100 exits,
-    none may crash or hang (the kernels before this gave hangs and segfaults)."""
+    run no Python code and hold nothing a C++ unwind would release without the GIL. 100 exits
+    (examples(100)), none may crash or hang (the kernels before this gave hangs and segfaults)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one_exit(run: int) -> int | str:
@@ -402,7 +403,7 @@ def test_daemon_threads_inside_the_kernels_at_interpreter_exit_never_crash():
             return "hung"
 
     with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(one_exit, range(100)))
+        outcomes = list(pool.map(one_exit, range(examples(100))))
     assert "hung" not in outcomes
     if sys.version_info < (3, 11):
         # CPython 3.10 itself: a daemon thread that gets the GIL after Py_FinalizeEx has freed the
@@ -410,7 +411,7 @@ def test_daemon_threads_inside_the_kernels_at_interpreter_exit_never_crash():
         # a hundred here; gdb shows only CPython frames on that thread. 3.11+ keeps the main
         # interpreter static, and there every exit must be clean.
         outcomes = [0 if outcome == -signal.SIGSEGV else outcome for outcome in outcomes]
-    assert outcomes == [0] * 100
+    assert outcomes == [0] * len(outcomes)
 
 
 SUBINTERPRETER = """

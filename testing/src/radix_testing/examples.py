@@ -1,6 +1,7 @@
-"""How many examples a property test runs: its full count, or a share of it where a session's point
-is something else (the sanitizers, the installed wheels on each Python). RADIX_HYPOTHESIS_SCALE
-sets the share (unset: 1, the full count); tests-pure and tests-native always run the full counts."""
+"""How many examples a property test runs (or a stress test its trials): its full count, or a share
+of it where a session's point is something else (the sanitizers, the installed wheels on each
+Python). RADIX_HYPOTHESIS_SCALE sets the share (unset: 1, the full count); tests-pure and
+tests-native always run the full counts."""
 
 from __future__ import annotations
 
