@@ -382,6 +382,17 @@ DIFFERENTIAL_TEST = f"{ADAPTER}/tests/test_radix_cache_vs_sglang.py"
 END_TO_END_TESTS = f"{ADAPTER}/tests/e2e"
 # Two workers: the suites are CPU-bound Python; the end-to-end one starts a server at a time.
 ADAPTER_TESTS = ["-n", "2", f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST, "--ignore", END_TO_END_TESTS]
+# What a missing radix-native changes in the adapter: what the process reports and activates, in
+# spawned children too, and the cache it builds. -native already runs every other test on radix-core's
+# Python backend beside the native one (backend_name).
+WITHOUT_NATIVE_ADAPTER_TESTS = [
+    "-n",
+    "2",
+    *(
+        f"{ADAPTER}/tests/{name}"
+        for name in ("test_startup.py", "test_activation.py", "test_backend.py", "test_sglang_paths.py")
+    ),
+]
 
 
 def run_sglang_tests(session: nox.Session, release: str, native: bool, tests: list[str]) -> None:
@@ -401,8 +412,10 @@ def tests_sglang(session: nox.Session) -> None:
 @nox.session(name="tests-adapter-native", venv_backend="none")
 @nox.parametrize("sglang", list(SGLANG_RELEASES))
 def tests_adapter(session: nox.Session, sglang: str) -> None:
-    """The adapter in real SGLang wheels on CPU, without radix-native (-pure) or with it (-native)."""
-    run_sglang_tests(session, sglang, session.name.startswith("tests-adapter-native"), ADAPTER_TESTS)
+    """The adapter in real SGLang wheels on CPU: with radix-native (-native: every test, on both of
+    radix-core's backends), and without it (-pure: the tests of what its absence changes)."""
+    native = session.name.startswith("tests-adapter-native")
+    run_sglang_tests(session, sglang, native, ADAPTER_TESTS if native else WITHOUT_NATIVE_ADAPTER_TESTS)
 
 
 @nox.session(name="tests-e2e", venv_backend="none")
