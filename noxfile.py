@@ -80,7 +80,7 @@ def tests(session: nox.Session) -> None:
     if session.name == "tests-native":
         session.install(
             f"{CORE}[native,plot]",
-            NATIVE,
+            native_wheel(session),  # the build the SGLang sessions install too
             SEED_KERNEL,
             TESTING,
             TORCH,
@@ -363,7 +363,7 @@ def native_wheel(session: nox.Session) -> str:
     wheels = sorted(out_dir.glob("radix_native-*.whl"))
     if not wheels:
         pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out_dir), NATIVE]
-        session.run(*pip_wheel, external=True)
+        session.run_install(*pip_wheel, external=True)
         wheels = sorted(out_dir.glob("radix_native-*.whl"))
     return str(wheels[-1])
 
