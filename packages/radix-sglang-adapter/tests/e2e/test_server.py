@@ -1,6 +1,6 @@
 """SGLang 0.5.23's real HTTP server, on its own cache and on ``--radix-cache-backend radix``.
 
-Each server runs once per session (``fleet``), the next one starting while the one before serves;
+Each server runs once per session (``fleet``), the next two starting while the one before serves;
 a test names the server it checks and the servers it compares with. ``nox -s tests-e2e`` runs this module.
 """
 
@@ -94,9 +94,14 @@ def servers_compared(config: ServerConfig) -> list[ServerConfig]:
     return [REFERENCE, *([default_twin] if config.cache != "default" else []), config]
 
 
+# Servers starting while one serves: a start is mostly one process's imports, on one core, and a
+# forked server starts in about as long as two serve.
+STARTED_AHEAD = 2
+
+
 class Fleet:
     """Each configuration served once per session, on demand, in the order the selected tests read
-    them (``plan``): while one server serves and stops, the next one in the plan starts."""
+    them (``plan``): while one server serves and stops, the next ones in the plan start."""
 
     def __init__(self, directory, plan: list[ServerConfig]):
         self.directory = directory
@@ -118,10 +123,10 @@ class Fleet:
         return Server(config, self.models, self.log_path(config.name))
 
     def start_next(self) -> None:
-        """Starts the plan's next server not started yet, if any."""
-        upcoming = next((config for config in self.plan if config not in self.started), None)
-        if upcoming is not None:
-            self.starting[upcoming] = self.server(upcoming).start()
+        """Starts the plan's next servers not started yet, up to STARTED_AHEAD starting at once."""
+        upcoming = [config for config in self.plan if config not in self.started]
+        for config in upcoming[: STARTED_AHEAD - len(self.starting)]:
+            self.starting[config] = self.server(config).start()
 
     def close(self) -> None:
         """Stops the servers started ahead that no test read (a deselected or failed test's)."""
