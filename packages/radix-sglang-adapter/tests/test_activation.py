@@ -181,3 +181,4 @@ def test_an_import_failure_during_activation_is_reported(monkeypatch, caplog):
     with pytest.raises(adapter.AdapterError, match="cannot import"):
         adapter.activate()
     assert adapter.status().state == "failed"
+    assert adapter.deactivate().state == "inactive"  # whatever a failed activation did is undone

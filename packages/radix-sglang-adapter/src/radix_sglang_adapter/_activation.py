@@ -140,10 +140,11 @@ def _describe(version: str, release: Release) -> str:
 
 
 def deactivate() -> AdapterStatus:
-    """Put SGLang's own functions back and unregister the backend (idempotent)."""
+    """Put SGLang's own functions back and unregister the backend (idempotent), whatever the last
+    activation did: a failed one may have patched part of SGLang before it failed."""
     global _activated_by, _points
     with _lock:
-        if _state != "active":
+        if _state == "inactive":
             return status()
         _points = tuple(patching.restore())
         backend.unregister()
