@@ -41,7 +41,9 @@ TEST_REQUIREMENTS = [
 # The adapter's suites run on both cores (each worker imports SGLang once), and so do radix-core's
 # and radix-native's (tests-pure, -native, -sanitizers, -wheels): CPU-bound, independent tests.
 PARALLEL_TEST_REQUIREMENTS = ["pytest-xdist==3.8.0", "execnet==2.1.2"]
-ON_BOTH_CORES = ["-n", "2"]
+# worksteal: a worker left idle takes tests queued on the other, so a few long tests (a state
+# machine, tests that start an interpreter importing SGLang) do not end up on one worker.
+ON_BOTH_CORES = ["-n", "2", "--dist", "worksteal"]
 # A quarter of each property test's Hypothesis examples (radix_testing.examples; at least 10) where
 # the session's point is not the search itself: tests-sanitizers (the same native paths, under
 # ASan/UBSan) and tests-wheels (the installed wheels on each Python). tests-pure and tests-native
@@ -381,13 +383,12 @@ def install_radix(session: nox.Session, python: str, native: bool) -> None:
 DIFFERENTIAL_TEST = f"{ADAPTER}/tests/test_radix_cache_vs_sglang.py"
 END_TO_END_TESTS = f"{ADAPTER}/tests/e2e"
 # Two workers: the suites are CPU-bound Python; the end-to-end one starts a server at a time.
-ADAPTER_TESTS = ["-n", "2", f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST, "--ignore", END_TO_END_TESTS]
+ADAPTER_TESTS = [*ON_BOTH_CORES, f"{ADAPTER}/tests", "--ignore", DIFFERENTIAL_TEST, "--ignore", END_TO_END_TESTS]
 # What a missing radix-native changes in the adapter: what the process reports and activates, in
 # spawned children too, and the cache it builds. -native already runs every other test on radix-core's
 # Python backend beside the native one (backend_name).
 WITHOUT_NATIVE_ADAPTER_TESTS = [
-    "-n",
-    "2",
+    *ON_BOTH_CORES,
     *(
         f"{ADAPTER}/tests/{name}"
         for name in ("test_startup.py", "test_activation.py", "test_backend.py", "test_sglang_paths.py")
@@ -405,7 +406,7 @@ def run_sglang_tests(session: nox.Session, release: str, native: bool, tests: li
 @nox.session(name="tests-sglang", venv_backend="none")
 def tests_sglang(session: nox.Session) -> None:
     """radix-core's RadixCache against SGLang 0.5.23's own, operation by operation, both backends."""
-    run_sglang_tests(session, "0.5.23", True, ["-n", "2", DIFFERENTIAL_TEST])
+    run_sglang_tests(session, "0.5.23", True, [*ON_BOTH_CORES, DIFFERENTIAL_TEST])
 
 
 @nox.session(name="tests-adapter-pure", venv_backend="none")
