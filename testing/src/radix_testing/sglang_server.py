@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import importlib.util
 import json
 import os
+import pkgutil
 import re
 import signal
 import socket
@@ -47,6 +50,17 @@ TARGET_CONFIG = {
     "hidden_act": "silu",
 }
 EAGLE_DRAFT_CONFIG = {**TARGET_CONFIG, "architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1}
+# SGLang's model modules that define those two architectures.
+TEST_MODEL_MODULES = ("llama", "llama_eagle")
+
+
+@functools.cache
+def unused_model_modules() -> str:
+    """SGLang's other model modules, comma-separated for SGLANG_DISABLED_MODEL_ARCHS: its model
+    registry otherwise imports all of them (over 250) in every server's scheduler."""
+    spec = importlib.util.find_spec("sglang.srt.models")
+    modules = pkgutil.iter_modules(spec.submodule_search_locations)
+    return ",".join(sorted(name for _, name, package in modules if not package and name not in TEST_MODEL_MODULES))
 
 
 def write_models(directory: Path) -> tuple[Path, Path]:
@@ -132,6 +146,7 @@ class ServerConfig:
             # The model's torch.compile'd functions run eagerly: compiling them (a C++ build per
             # server) made a server's first request take 10-20 s on this CPU; the same on every server.
             "TORCH_COMPILE_DISABLE": "1",
+            "SGLANG_DISABLED_MODEL_ARCHS": unused_model_modules(),
             "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",  # a KV leak at idle is an error
             **dict(self.env),
         }
@@ -255,10 +270,15 @@ class Server:
             response.readline()
 
 
+# How many servers start while one serves: a start is mostly one process's imports, on one core,
+# and a test server (forked scheduler) starts in about as long as two serve.
+STARTED_AHEAD = 2
+
+
 class Lineup:
     """Servers used one at a time in a known order: ``with Lineup(servers) as lineup: for server in
-    lineup: ...`` gives each one ready and stops it after its turn; the next one starts as soon as
-    the one before is ready. On the way out every server is stopped, started ahead or not."""
+    lineup: ...`` gives each one ready and stops it after its turn; once one is ready the next
+    STARTED_AHEAD start. On the way out every server is stopped, started ahead or not."""
 
     def __init__(self, servers: list[Server]):
         self.servers = servers
@@ -271,10 +291,10 @@ class Lineup:
             server.stop()
 
     def __iter__(self) -> Iterator[Server]:
-        for server, upcoming in zip(self.servers, [*self.servers[1:], None]):
+        for turn, server in enumerate(self.servers):
             with server:
-                if upcoming is not None:
-                    upcoming.start()
+                for upcoming in self.servers[turn + 1 : turn + 1 + STARTED_AHEAD]:
+                    upcoming.start()  # a no-op for one started already
                 yield server
 
 

@@ -15,7 +15,16 @@ import pytest
 import workloads
 from fleet import Served, disagreements, serve
 
-from radix_testing.sglang_server import VOCAB, Lineup, Server, ServerConfig, ServerFailed, log_problems, write_models
+from radix_testing.sglang_server import (
+    STARTED_AHEAD,
+    VOCAB,
+    Lineup,
+    Server,
+    ServerConfig,
+    ServerFailed,
+    log_problems,
+    write_models,
+)
 
 RETRACT_OFTEN = (("SGLANG_TEST_RETRACT", "1"), ("SGLANG_TEST_RETRACT_INTERVAL", "5"))
 # Page 16, a pool of 64 pages for prompts of up to 320 tokens, prefill in chunks of 64.
@@ -92,11 +101,6 @@ def servers_compared(config: ServerConfig) -> list[ServerConfig]:
     cache with the same flags (for a radix server), ``config`` itself."""
     default_twin = dataclasses.replace(config, cache="default", tree=None, spawn=False)
     return [REFERENCE, *([default_twin] if config.cache != "default" else []), config]
-
-
-# Servers starting while one serves: a start is mostly one process's imports, on one core, and a
-# forked server starts in about as long as two serve.
-STARTED_AHEAD = 2
 
 
 class Fleet:
