@@ -104,6 +104,28 @@ def test_the_backend_takes_sglangs_settings(server_args, page_size, is_eagle, po
 
 
 @needs_backend
+def test_a_model_whose_every_layer_is_sliding_window_gets_the_pure_swa_cache(server_args, caplog):
+    from radix_sglang_adapter.backend.cache import RadixCorePureSWACache
+
+    adapter.activate()
+    pool, allocator = sh.pure_swa_pools(256)
+    params = sh.cache_params(pool, allocator, 1, False, "lru", sliding_window_size=8)
+    context = sh.build_context(server_args, params, is_hybrid_swa=True, full_tokens_per_layer=0)
+    with caplog.at_level(logging.INFO, logger="radix_sglang_adapter"):
+        cache = create_tree_cache(context)
+    assert type(cache) is RadixCorePureSWACache and cache.supports_swa() and cache.sliding_window_size == 8
+    assert (cache.swa_evictable_size(), cache.full_evictable_size(), cache.full_protected_size()) == (0, 0, 0)
+    assert "prefix cache of a sliding-window model (window 8) runs on radix-core" in caplog.text
+    with sh.published_server_args(radix_cache_backend=adapter.BACKEND_NAME) as args:
+        hicache = sh.build_context(args, params, is_hybrid_swa=True, full_tokens_per_layer=0)
+        hicache.enable_hierarchical_cache = True
+        with pytest.raises(ValueError, match="--enable-hierarchical-cache with a model whose every layer is sliding"):
+            create_tree_cache(hicache)
+    with pytest.raises(ValueError, match="a sliding-window cache needs a window, got None"):
+        RadixCorePureSWACache(sh.cache_params(pool, allocator, 1, False, "lru"))
+
+
+@needs_backend
 @pytest.mark.parametrize(
     ("settings", "named"),
     [

@@ -3,9 +3,11 @@
 The same random stream of requests (arrivals with shared prefixes, chunked prefill with
 checkpoints, decoding, finishing, aborts, explicit evictions, a small KV pool that forces eviction)
 runs on two CPU "servers" built from SGLang's own Req, ReqToTokenPool, allocator and cache
-functions: one with SGLang's RadixCache, one with RadixCoreCache. After every step both must agree
-on the prefix length of each arrival, every live request's KV row, the allocator's free slots (in
-order), the evictable, protected and total sizes, and the KV cache events each recorded.
+functions: one with SGLang's RadixCache, one with RadixCoreCache (for a model whose every layer is
+sliding-window attention: SGLang's PureSWARadixCache and RadixCorePureSWACache, over SGLang's SWA
+pools, the window freeing KV behind each decoding request). After every step both must agree on the
+prefix length of each arrival, every live request's KV row, the allocator's free slots (in order),
+the evictable, protected and total sizes (and SWA's), and the KV cache events each recorded.
 """
 
 from __future__ import annotations
@@ -25,9 +27,15 @@ if not sg.HAS_CHECKPOINT:
 
 from sglang.srt.disaggregation.kv_events import KVEventBatch  # noqa: E402
 from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
+from sglang.srt.mem_cache.pure_swa_radix_cache import PureSWARadixCache  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 
-from radix_sglang_adapter.backend.cache import RadixCoreCache  # noqa: E402
+from radix_sglang_adapter.backend.cache import (  # noqa: E402
+    RadixCoreCache,
+    RadixCorePureSWACache,
+    window_freed_from,
+)
 from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from radix_testing.backends import device_path  # noqa: E402
 from radix_testing.kv_event_router import Router, cached_blocks  # noqa: E402
@@ -87,23 +95,44 @@ def published(events: list) -> bytes:
     return msgspec.msgpack.encode(KVEventBatch(ts=0.0, events=events))
 
 
+class WindowSafePureSWARadixCache(PureSWARadixCache):
+    """SGLang's PureSWARadixCache, its checkpoint keying no KV the window freed. SGLang 0.5.23's
+    keys the whole sequence of a request that decoded past its window without a prefill floor,
+    slots the window freed included, and frees them again when it evicts them."""
+
+    def checkpoint(self, req, *, up_to):
+        super().checkpoint(req, up_to=min(up_to, window_freed_from(req.kv, self.page_size)))
+
+
+PLAIN = (RadixCache, RadixCoreCache)
+PURE_SWA = (WindowSafePureSWARadixCache, RadixCorePureSWACache)  # every layer sliding-window attention
+
+
 def pool_state(server: sh.Server) -> tuple:
-    allocator = server.allocator
+    allocator, cache = server.allocator, server.cache
+    if server.sliding_window is not None:
+        swa = (cache.swa_evictable_size(), cache.swa_protected_size(), cache.available_and_evictable_str())
+        return (allocator.swa_attn_allocator.free_pages.tolist(), *swa, cache.total_size())
     free = allocator.free_pages if server.page_size == 1 else allocator.get_all_free_pages()
-    cache = server.cache
     return (free.tolist(), cache.evictable_size(), cache.protected_size(), cache.total_size())
 
 
 def run_both(
-    ops: list[tuple], page_size: int, is_eagle: bool, policy: str, watch: Any = None, **params: Any
+    ops: list[tuple],
+    page_size: int,
+    is_eagle: bool,
+    policy: str,
+    watch: Any = None,
+    caches: tuple[type, type] = PLAIN,
+    **params: Any,
 ) -> dict[str, int]:
-    """Replays ``ops`` on SGLang's cache and on the backend, both built with ``params`` (KV
-    events, ...), calling ``watch(backend_server, events)`` after each step if given; returns how
-    much sharing, eviction and events the stream exercised."""
+    """Replays ``ops`` on SGLang's cache and on the backend (``caches``), both built with ``params``
+    (KV events, a sliding window, ...), calling ``watch(backend_server, events)`` after each step if
+    given; returns how much sharing, eviction and events the stream exercised."""
     kv_slots = 512 if page_size > 1 else 448
     servers = [
         sh.Server(make, page_size=page_size, is_eagle=is_eagle, policy=policy, kv_slots=kv_slots, **params)
-        for make in (RadixCache, RadixCoreCache)
+        for make in caches
     ]
     theirs, ours = servers
     live: list[tuple] = []
@@ -251,3 +280,44 @@ def test_what_a_sliding_window_evicted_is_not_cached(backend_name, ticking_clock
             server.step(req, 0)
         server.finish(req)
     assert pool_state(servers[0]) == pool_state(servers[1]) and servers[1].cache.total_size() == 32
+
+
+@pytest.mark.parametrize("prefill_aware", [False, True], ids=["windowed", "prefill-kept"])
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+@pytest.mark.parametrize("window", [4, 32])
+def test_pure_sliding_window_streams_give_the_same_answers(
+    backend_name, ticking_clock, window, is_eagle, prefill_aware
+):
+    """A model whose every layer is sliding-window attention (page 1, as SGLang's allocator takes):
+    the window frees KV behind each decoding request, a prefill-aware model keeps its prefills'."""
+
+    @settings(max_examples=25)
+    @given(ops=operations)
+    def check(ops):
+        run_both(ops, 1, is_eagle, "lru", caches=PURE_SWA, sliding_window=window, prefill_aware_swa=prefill_aware)
+
+    check()
+
+
+@pytest.mark.parametrize("event_format", [None, "default"])
+@pytest.mark.parametrize("prefill_aware", [False, True], ids=["windowed", "prefill-kept"])
+@pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
+def test_a_busy_pure_sliding_window_stream_shares_evicts_and_slides(
+    backend_name, ticking_clock, is_eagle, prefill_aware, event_format
+):
+    """A long fixed stream, so that the random ones above are known to reach sharing, eviction and
+    KV freed behind the window."""
+    slid = []
+
+    def window_frees(server: sh.Server, events: list) -> None:
+        slid.extend(req.kv.get_evicted_seqlen(ComponentType.SWA) for req in server.live.values())
+
+    ops = busy_stream([(None, None)] * 3 + [("lora-a", None)])
+    params = event_params(event_format) if event_format else {}
+    seen = run_both(
+        ops, 1, is_eagle, "lru", window_frees, PURE_SWA, sliding_window=4, prefill_aware_swa=prefill_aware, **params
+    )
+    # Without a prefill floor a request is cached only below what its window freed: less to evict.
+    assert seen["matched"] > 300 and seen["evicted"] > (300 if prefill_aware else 50)
+    assert max(slid) > 0, "the window freed KV behind decoding requests"
+    assert (seen["events"] > 100) == bool(event_format)

@@ -7,8 +7,9 @@ functions the scheduler uses: ``Req.init_next_round_input`` (match), ``BasePrefi
 ``checkpoint_kv_cache`` (chunked prefill), ``release_kv_cache`` (finish and abort); with a host
 tier (HiCache), also the scheduler's ``init_load_back`` at admission, ``ready_to_load_host_cache``
 before the batch, ``check_hicache_events`` before each step and ``flush_pending_backups`` after it,
-over a real KV pool whose rows say which token they hold. Only the batching is left out: requests
-move one at a time, a step at a time, as a test chooses.
+over a real KV pool whose rows say which token they hold; for a model whose every layer is
+sliding-window attention, SGLang's SWA pools and the scheduler's window eviction before each decode
+step. Only the batching is left out: requests move one at a time, a step at a time, as a test chooses.
 """
 
 from __future__ import annotations
@@ -96,6 +97,18 @@ def small_pools(page_size: int = 1, kv_slots: int = 1024, kv_pool: bool = False)
     return pool, PagedTokenToKVPoolAllocator(kv_slots, page_size, torch.float32, "cpu", kv, False)
 
 
+def pure_swa_pools(kv_slots: int) -> tuple[ReqToTokenPool, Any]:
+    """The pools of a model whose every layer is sliding-window attention, as SGLang builds them:
+    an SWAKVPool with no full-attention layer under a PureSWATokenToKVPoolAllocator (page 1 only)."""
+    from sglang.srt.mem_cache.allocator.swa import PureSWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    pool = ReqToTokenPool(16, 2048, "cpu", False)
+    layers = {"swa_attention_layer_ids": [0, 1], "full_attention_layer_ids": []}
+    kv = SWAKVPool(0, kv_slots, 1, torch.float32, head_num=1, head_dim=8, device="cpu", **layers)
+    return pool, PureSWATokenToKVPoolAllocator(kv_slots, 1, torch.float32, "cpu", kv, False)
+
+
 class NoForwardWorker:
     """The scheduler's tp_worker as HiCache's set-up sees it: the forward would wait on the
     load-back counter; there is no forward here."""
@@ -116,13 +129,25 @@ class Server:
         policy: str = "lru",
         kv_slots: int = 4096,
         host_tier: bool = False,
+        sliding_window: int | None = None,
+        prefill_aware_swa: bool = False,
         **params: Any,
     ):
         """``params``: any other CacheInitParams field (KV events, ...). ``host_tier``: the cache
-        has HiCache on (the published server args say how): the scheduler's HiCache calls are made."""
+        has HiCache on (the published server args say how): the scheduler's HiCache calls are made.
+        ``sliding_window``: every layer is sliding-window attention with that window (page 1);
+        ``prefill_aware_swa``: the model keeps each prefill's KV (``swa_evict_floor``), as the
+        scheduler marks it for such models."""
         self.page_size = page_size
         self.host_tier = host_tier
-        self.pool, self.allocator = small_pools(page_size, kv_slots, kv_pool=host_tier)
+        self.sliding_window = sliding_window
+        self.prefill_aware_swa = prefill_aware_swa
+        if sliding_window is None:
+            self.pool, self.allocator = small_pools(page_size, kv_slots, kv_pool=host_tier)
+        else:
+            assert page_size == 1 and not host_tier, "SGLang's pure-SWA allocator is page 1, without a host tier"
+            self.pool, self.allocator = pure_swa_pools(kv_slots)
+            params["sliding_window_size"] = sliding_window
         self.cache = make_cache(cache_params(self.pool, self.allocator, page_size, is_eagle, policy, **params))
         self.live: dict[str, Req] = {}
         self._rids = itertools.count()
@@ -253,8 +278,12 @@ class Server:
         self.pool.write((row, slice(prefix_len, req.extend_end)), slots)
         self._compute_kv(slots, req.full_untruncated_fill_ids[prefix_len : req.extend_end])
         req.kv.kv_allocated_len = req.kv.kv_committed_len = req.extend_end
+        if self.prefill_aware_swa:
+            req.kv.swa_evict_floor = req.extend_end
 
     def _decode(self, req: Req, token: int) -> None:
+        if self.sliding_window is not None:  # ScheduleBatch.maybe_evict_swa, every step
+            self.cache.evict_sliding_windows(req, req.seqlen - 1)
         seq_len = req.kv.kv_allocated_len
         row = req.kv.req_pool_idx
         if self.page_size == 1:

@@ -31,6 +31,7 @@ from sglang.srt.mem_cache.base_prefix_cache import (
 )
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.utils.common import ceil_align
 
 import radix_core
@@ -58,9 +59,10 @@ class RadixCoreCache(RadixCache):
     """
 
     tree: radix_core.RadixCache | radix_core.TieredRadixCache
+    components: tuple[str, ...] = ("FULL",)  # the attention the KV pool holds
 
     def __init__(self, params: CacheInitParams):
-        refuse_unserved(Setup(params))
+        refuse_unserved(Setup(params, components=self.components))
         super().__init__(params)  # calls reset(), which builds the tree
 
     # ----- the tree -----------------------------------------------------------------------------
@@ -252,3 +254,59 @@ class RadixCoreCache(RadixCache):
     protected_size = on_tree("protected_size")
     total_size = on_tree("total_size")
     pretty_print = on_tree("pretty_print")
+
+
+def window_freed_from(kv: Any, page_size: int) -> int:
+    """The first row position whose KV a request's sliding window has freed, or int64's max."""
+    dead_lo = kv.swa_dead_lo(page_size)  # the window frees from here up to the evicted length
+    return dead_lo if kv.get_evicted_seqlen(ComponentType.SWA) > dead_lo else _INT64_MAX
+
+
+class RadixCorePureSWACache(RadixCoreCache):
+    """SGLang's ``PureSWARadixCache`` on radix-core: the cache of a model whose every layer is
+    sliding-window attention. Its KV pool has one tier (SWA), its tree is a plain prefix tree.
+
+    What makes it SWA is SGLang's, around the tree: the scheduler frees a running request's KV
+    behind its window (``evict_sliding_windows``), ``checkpoint`` caches a prefill-aware model's
+    request only below its ``swa_evict_floor``, and the allocator asks for room in SWA tokens
+    (``swa_num_tokens``).
+    """
+
+    components = ("SWA",)
+
+    def __init__(self, params: CacheInitParams):
+        if params.sliding_window_size is None or params.sliding_window_size <= 0:
+            raise ValueError(f"a sliding-window cache needs a window, got {params.sliding_window_size!r}")
+        super().__init__(params)
+        self.sliding_window_size = params.sliding_window_size
+        self.draft_swa_window = params.draft_swa_window
+
+    def supports_swa(self) -> bool:
+        return True
+
+    def checkpoint(self, req: Req, *, up_to: int, **kwargs: Any) -> None:
+        """RadixCoreCache's, never keying KV the window freed: a request of a model without a
+        prefill floor that decoded past its window is cached up to where the window began freeing.
+        (SGLang 0.5.23's PureSWARadixCache keys those freed slots too, and frees them twice.)"""
+        super().checkpoint(req, up_to=min(up_to, window_freed_from(req.kv, self.page_size)), **kwargs)
+
+    swa_evictable_size = on_tree("evictable_size")
+    swa_protected_size = on_tree("protected_size")
+
+    def full_evictable_size(self) -> int:
+        return 0
+
+    def full_protected_size(self) -> int:
+        return 0
+
+    def sanity_check(self) -> None:
+        """Nothing to cross-check: there is no full tier beside the SWA one."""
+
+    def evict(self, params: EvictParams) -> EvictResult:
+        """The allocator asks in SWA tokens (``swa_num_tokens``), other callers in ``num_tokens``."""
+        return super().evict(EvictParams(num_tokens=max(params.num_tokens, params.swa_num_tokens)))
+
+    def available_and_evictable_str(self) -> str:
+        swa_available = self.token_to_kv_pool_allocator.swa_available_size()
+        swa_evictable = self.swa_evictable_size()
+        return f"SWA available tokens: {swa_available + swa_evictable} ({swa_available=} + {swa_evictable=})\n"

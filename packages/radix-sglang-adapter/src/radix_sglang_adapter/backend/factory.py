@@ -23,7 +23,8 @@ def build_cache(ctx: Any) -> Any:
     if ctx.disable_radix_cache:
         logger.info("%s with --disable-radix-cache: no tree to run; SGLang builds its own cache", SELECT_FLAG)
         return default_radix_cache_factory(ctx)
-    refuse_unserved(Setup.of_context(ctx))
+    setup = Setup.of_context(ctx)
+    refuse_unserved(setup)
     if ctx.enable_hierarchical_cache:
         from .hicache import RadixCoreHiCache
 
@@ -40,10 +41,14 @@ def build_cache(ctx: Any) -> Any:
             cache = _unified_cache_on_radix_core(ctx)
             what = f"UnifiedRadixCache with HiCache ({policy}), its TreeCore"
     else:
-        from .cache import RadixCoreCache
+        from .cache import RadixCoreCache, RadixCorePureSWACache
 
-        cache = RadixCoreCache(ctx.params)
-        what = "the prefix cache"
+        if "FULL" in setup.components:
+            cache = RadixCoreCache(ctx.params)
+            what = "the prefix cache"
+        else:  # every layer sliding-window attention
+            cache = RadixCorePureSWACache(ctx.params)
+            what = f"the prefix cache of a sliding-window model (window {ctx.params.sliding_window_size})"
         tree = cache.tree.tree_kind
     live_caches.add(cache)
     status = radix_core.backend()

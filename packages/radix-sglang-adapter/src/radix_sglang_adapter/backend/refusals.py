@@ -17,8 +17,9 @@ from .registry import SELECT_FLAG
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What the refusals look at: SGLang's ``CacheInitParams`` and memory settings, whether HiCache
-    is on, and which tree components the model needs. ``Setup(params)`` is what the parameters alone
-    say (a cache built directly, without HiCache)."""
+    is on, and which tree components the model needs (a model whose every layer is sliding-window
+    attention needs SWA alone). ``Setup(params)`` is what the parameters alone say (a cache built
+    directly, without HiCache)."""
 
     params: Any
     memory: Any = None
@@ -30,7 +31,8 @@ class Setup:
         """The setup of a server SGLang is building a cache for (its TreeCacheBuildContext)."""
         from sglang.srt.runtime_context import get_memory
 
-        components = ["FULL"] + ["SWA"] * bool(ctx.is_hybrid_swa) + ["MAMBA"] * bool(ctx.is_hybrid_ssm)
+        pure_swa = bool(ctx.is_hybrid_swa) and ctx.full_tokens_per_layer == 0
+        components = ["FULL"] * (not pure_swa) + ["SWA"] * bool(ctx.is_hybrid_swa) + ["MAMBA"] * bool(ctx.is_hybrid_ssm)
         return cls(ctx.params, get_memory(), bool(ctx.enable_hierarchical_cache), components)
 
     @classmethod
@@ -64,9 +66,14 @@ class Refusal:
 REFUSALS = [
     Refusal(lambda s: s.params.disable, "--disable-radix-cache", "a disabled cache has no tree to run"),
     Refusal(
-        lambda s: "SWA" in s.components or s.params.sliding_window_size is not None,
-        "a sliding-window (SWA) model",
-        "radix-core's tree has no SWA component",
+        lambda s: "FULL" in s.components and ("SWA" in s.components or s.params.sliding_window_size is not None),
+        "a hybrid sliding-window (FULL and SWA attention) model",
+        "radix-core's tree has no SWA component beside FULL attention",
+    ),
+    Refusal(
+        lambda s: s.hicache and "FULL" not in s.components,
+        "--enable-hierarchical-cache with a model whose every layer is sliding-window attention",
+        "SGLang has no host tier for one either",
     ),
     Refusal(lambda s: "MAMBA" in s.components, "a model with mamba state", "radix-core's tree has no mamba component"),
     Refusal(
