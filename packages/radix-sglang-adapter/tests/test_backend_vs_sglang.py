@@ -289,12 +289,15 @@ def test_pure_sliding_window_streams_give_the_same_answers(
     backend_name, ticking_clock, window, is_eagle, prefill_aware
 ):
     """A model whose every layer is sliding-window attention (page 1, as SGLang's allocator takes):
-    the window frees KV behind each decoding request, a prefill-aware model keeps its prefills'."""
+    the window frees KV behind each decoding request, a prefill-aware model keeps its prefills'.
+    With EAGLE the draft model's window is wider: what a request keeps behind it is the wider."""
+    draft_window = {"draft_swa_window": window + 6} if is_eagle else {}
 
     @settings(max_examples=25)
     @given(ops=operations)
     def check(ops):
-        run_both(ops, 1, is_eagle, "lru", caches=PURE_SWA, sliding_window=window, prefill_aware_swa=prefill_aware)
+        swa = {"sliding_window": window, "prefill_aware_swa": prefill_aware, **draft_window}
+        run_both(ops, 1, is_eagle, "lru", caches=PURE_SWA, **swa)
 
     check()
 
