@@ -126,7 +126,8 @@ def tests_sanitizers(session: nox.Session) -> None:
     """radix-native built with ASan and UBSan; its kernel and tree tests, the differential fuzz
     through radix_core and RadixCache's tests (its native tree among them) run under them, and any
     report fails the session. Property tests run a quarter of their examples (FEWER_EXAMPLES)."""
-    session.install(NO_COMPILE, CORE, TESTING, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
+    # Byte-compiled at install (no NO_COMPILE): compiling at import would run under ASan, in each worker.
+    session.install(CORE, TESTING, *TEST_REQUIREMENTS, *PARALLEL_TEST_REQUIREMENTS)
     session.install(
         NATIVE,
         "--config-settings=build-dir=build/sanitizers",  # never the release build's CMake cache
