@@ -15,6 +15,7 @@ removes radix-native inside it. One environment, not one per release, saves the 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,10 @@ MATPLOTLIB = "matplotlib==3.11.2"
 # thousands, of which the tests import a fraction, and Python compiles (and caches) those on first
 # import. Skipping it takes 43 s -> 15 s off each install of torch, ~1 minute off SGLang's environment.
 NO_COMPILE = "--no-compile"
+# ... provided Python may write what it compiles: with PYTHONDONTWRITEBYTECODE=1 (set on these
+# machines) every process, every test server among them, would compile SGLang's modules again.
+# Everything nox runs writes its bytecode caches (into .nox and git-ignored __pycache__ folders).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_external_run = True
