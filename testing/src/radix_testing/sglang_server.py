@@ -50,8 +50,25 @@ TARGET_CONFIG = {
     "hidden_act": "silu",
 }
 EAGLE_DRAFT_CONFIG = {**TARGET_CONFIG, "architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1}
-# SGLang's model modules that define those two architectures.
-TEST_MODEL_MODULES = ("llama", "llama_eagle")
+# The same size with every layer sliding-window attention (a window of 16 tokens): a Mellum, whose
+# attention applies the window on the CPU. SGLang serves it on its one-tier SWA pool ("pure SWA").
+PURE_SWA_CONFIG = {
+    **{key: value for key, value in TARGET_CONFIG.items() if key != "rope_theta"},
+    "architectures": ["MellumForCausalLM"],
+    "model_type": "mellum",
+    "sliding_window": 16,
+    "layer_types": ["sliding_attention", "sliding_attention"],
+    "mlp_layer_types": ["dense", "dense"],
+    "attention_bias": False,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "rope_parameters": {
+        kind: {"rope_type": "default", "rope_theta": 10000.0} for kind in ("full_attention", "sliding_attention")
+    },
+}
+# SGLang's model modules that define those architectures.
+TEST_MODEL_MODULES = ("llama", "llama_eagle", "mellum")
 
 
 @functools.cache
@@ -63,15 +80,16 @@ def unused_model_modules() -> str:
     return ",".join(sorted(name for _, name, package in modules if not package and name not in TEST_MODEL_MODULES))
 
 
-def write_models(directory: Path) -> tuple[Path, Path]:
-    """The target model's and the EAGLE draft's directories (a config.json each) under ``directory``."""
+def write_models(directory: Path) -> tuple[Path, Path, Path]:
+    """The directories (a config.json each) of the target model, its EAGLE draft and the pure-SWA
+    model, under ``directory``."""
     paths = []
-    for name, config in (("target", TARGET_CONFIG), ("eagle-draft", EAGLE_DRAFT_CONFIG)):
+    for name, config in (("target", TARGET_CONFIG), ("eagle-draft", EAGLE_DRAFT_CONFIG), ("pure-swa", PURE_SWA_CONFIG)):
         path = directory / name
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text(json.dumps(config, indent=1))
         paths.append(path)
-    return paths[0], paths[1]
+    return paths[0], paths[1], paths[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +98,7 @@ class ServerConfig:
     ``radix-native`` / ``radix-python`` = --radix-cache-backend radix on that radix-core backend)."""
 
     cache: str
+    model: str = "llama"  # or "pure-swa" (PURE_SWA_CONFIG; page 1, as SGLang's pure-SWA allocator takes)
     page_size: int = 1
     max_total_tokens: int = 8192
     chunked_prefill_size: int | None = None
@@ -102,15 +121,17 @@ class ServerConfig:
             hicache = f"-hicache-{policy}-{layout}"
         tree = f"-{self.tree}tree" if self.tree is not None else ""
         spawned = "-spawned" if self.spawn else ""
-        return f"{self.cache}{tree}-page{self.page_size}{spec}{hicache}{spawned}"
+        model = "" if self.model == "llama" else f"-{self.model}"
+        return f"{self.cache}{tree}{model}-page{self.page_size}{spec}{hicache}{spawned}"
 
-    def arguments(self, target: Path, draft: Path, port: int) -> list[str]:
+    def arguments(self, target: Path, draft: Path, pure_swa: Path, port: int) -> list[str]:
         """The launcher's arguments. intel_amx is the CPU attention backend with an EAGLE draft
         backend, kept by ``--fake-amx`` (see sglang_server_shims); plain serving uses torch_native."""
         arguments = ["--fake-amx"] if self.speculative else []
         arguments += [] if self.spawn else ["--fork"]
         arguments += [
-            *["--model-path", str(target), "--load-format", "dummy", "--device", "cpu"],
+            *["--model-path", str(pure_swa if self.model == "pure-swa" else target)],
+            *["--load-format", "dummy", "--device", "cpu"],
             *["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--dtype", "float32"],
             *["--grammar-backend", "none", "--host", "127.0.0.1", "--port", str(port)],
             *["--attention-backend", "intel_amx" if self.speculative else "torch_native"],
@@ -177,7 +198,7 @@ def free_port() -> int:
 class Server:
     """A running server: ``with Server(config, models, log) as server: server.generate(...)``."""
 
-    def __init__(self, config: ServerConfig, models: tuple[Path, Path], log: Path):
+    def __init__(self, config: ServerConfig, models: tuple[Path, Path, Path], log: Path):
         self.config = config
         self.models = models
         self.log = log

@@ -32,6 +32,9 @@ DROPPED_NEW_TOKENS = 1000  # asking for more tokens than it can produce before S
 ABORTED = "sglang:num_aborted_requests_total"
 LOADED_BACK = "sglang:load_back_tokens_total"  # HiCache: tokens copied back from the host tier
 HICACHE = "--enable-hierarchical-cache"
+# The cache SGLang builds for each test model, by default and with --radix-cache-backend radix.
+DEFAULT_CACHE = {"llama": "UnifiedRadixCache", "pure-swa": "PureSWARadixCache"}
+RADIX_CACHE = {"llama": "RadixCoreCache", "pure-swa": "RadixCorePureSWACache"}
 
 
 @dataclasses.dataclass
@@ -115,8 +118,8 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
     if config.cache.startswith("radix-"):
         if hicache and (impl, tree_core(served.log)) != hicache_route(config):
             found.append(f"SGLang built {impl} (TreeCore {tree_core(served.log)}), not {hicache_route(config)}")
-        elif not hicache and impl != "RadixCoreCache":
-            found.append(f"SGLang built {impl}, not RadixCoreCache")
+        elif not hicache and impl != RADIX_CACHE[config.model]:
+            found.append(f"SGLang built {impl}, not {RADIX_CACHE[config.model]}")
         elif not hicache and radix_core_tree(served.log) != config.radix_core_tree:
             found.append(
                 f"radix-core's RadixCache ran on the {radix_core_tree(served.log)} tree, not {config.radix_core_tree}"
@@ -124,8 +127,10 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
         expected_backend = config.cache.removeprefix("radix-")
         if radix_core_backend(served.log) != expected_backend:
             found.append(f"radix-core ran {radix_core_backend(served.log)}, not {expected_backend}")
-    elif config.cache == "default" and impl != "UnifiedRadixCache":
-        found.append(f"SGLang's default cache is {impl}, not UnifiedRadixCache")
+        if default_twin is None and not any(served.cached_tokens):
+            found.append("no request was served from the cache")
+    elif config.cache == "default" and impl != DEFAULT_CACHE[config.model]:
+        found.append(f"SGLang's default cache is {impl}, not {DEFAULT_CACHE[config.model]}")
     found += [
         f"request {i}: output {got} != no-cache {want}"
         for i, (got, want) in enumerate(zip(served.outputs, reference.outputs, strict=True))

@@ -31,6 +31,18 @@ RETRACT_OFTEN = (("SGLANG_TEST_RETRACT", "1"), ("SGLANG_TEST_RETRACT_INTERVAL", 
 EVICTING = {"page_size": 16, "max_total_tokens": 1024, "chunked_prefill_size": 64}
 
 REFERENCE = ServerConfig("none")
+# Windows free KV behind every decoding request at each step (SGLang's default: every 128 tokens).
+WINDOWS_SLIDE = (("SGLANG_SWA_EVICTION_INTERVAL", "1"),)
+# A model whose every layer is sliding-window attention (page 1, as SGLang's pure-SWA allocator
+# takes), under load with retraction, windows sliding, a pool small enough to evict.
+PURE_SWA = ServerConfig(
+    "radix-native",
+    model="pure-swa",
+    max_total_tokens=1024,
+    chunked_prefill_size=64,
+    flags=("--enable-metrics",),
+    env=RETRACT_OFTEN + WINDOWS_SLIDE,
+)
 
 
 def hicache(policy: str, layout: str = "layer_first") -> tuple[str, ...]:
@@ -64,13 +76,16 @@ HICACHED = [
     ),
 ]
 LOADED = {
-    ServerConfig(cache, **EVICTING, flags=("--enable-metrics",), env=RETRACT_OFTEN, tree=tree)
-    for cache, tree in (
-        ("default", None),
-        ("radix-native", None),
-        ("radix-python", None),
-        ("radix-native", "python"),
-    )
+    *(
+        ServerConfig(cache, **EVICTING, flags=("--enable-metrics",), env=RETRACT_OFTEN, tree=tree)
+        for cache, tree in (
+            ("default", None),
+            ("radix-native", None),
+            ("radix-python", None),
+            ("radix-native", "python"),
+        )
+    ),
+    PURE_SWA,
 }
 CHECKED = [
     # 1. sequential chats, branches and trace prompts, page 1 (radix-core's RadixCache on
@@ -80,7 +95,7 @@ CHECKED = [
     ServerConfig("radix-native", spawn=True),
     ServerConfig("radix-native", tree="python"),
     # 2 and 4. page 16, an evicting pool, chunked prefill; then 32 clients, retraction, aborts, flush
-    *sorted(LOADED, key=lambda config: (config.cache, config.tree or "")),
+    *sorted(LOADED - {PURE_SWA}, key=lambda config: (config.cache, config.tree or "")),
     # 3. speculative decoding: EAGLE (bigram keys) at page 1 and 16, STANDALONE (drafts accepted)
     ServerConfig("default", speculative="EAGLE"),
     ServerConfig("radix-native", speculative="EAGLE"),
@@ -93,12 +108,18 @@ CHECKED = [
     # 16, EAGLE; radix serves them on RadixCoreHiCache, and with EAGLE (HiCache's draft pools) on
     # SGLang's UnifiedRadixCache over radix-core's TreeCore
     *HICACHED,
+    # 7. every layer sliding-window attention: radix serves it on RadixCorePureSWACache
+    PURE_SWA,
 ]
 
 
 def servers_compared(config: ServerConfig) -> list[ServerConfig]:
-    """The servers a check of ``config`` reads, in order: the no-cache reference, SGLang's default
-    cache with the same flags (for a radix server), ``config`` itself."""
+    """The servers a check of ``config`` reads, in order: the no-cache reference (of its model),
+    SGLang's default cache with the same flags (for a radix server), ``config`` itself. A pure-SWA
+    server has no default twin: SGLang 0.5.23's own pure-SWA cache keys KV its windows freed, and
+    with windows sliding its scheduler stops on a pool leak."""
+    if config.model == "pure-swa":
+        return [dataclasses.replace(REFERENCE, model=config.model), config]
     default_twin = dataclasses.replace(config, cache="default", tree=None, spawn=False)
     return [REFERENCE, *([default_twin] if config.cache != "default" else []), config]
 
@@ -118,7 +139,7 @@ class Fleet:
     def __call__(self, config: ServerConfig) -> Served:
         if config not in self.served:
             server = self.starting.pop(config, None) or self.server(config)
-            load = "sequential" if config == REFERENCE else "concurrent" if config in LOADED else None
+            load = "sequential" if config.cache == "none" else "concurrent" if config in LOADED else None
             self.served[config] = serve(server, load, when_ready=self.start_next)
         return self.served[config]
 
