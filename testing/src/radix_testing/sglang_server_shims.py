@@ -22,6 +22,9 @@ What each shim is for:
   host pools pin nothing, the streams' waits are no-ops (CPU copies are done when they return), and
   the three direct copies the layer_first and page_first layouts use are written in torch from
   their definitions (a token's KV rows, gathered and scattered by index).
+- Dummy weights drawn from [-r, r] where ``RADIX_TEST_DUMMY_WEIGHT_RANGE=r`` (the sliding-window
+  model's servers set it): from SGLang's [-1e-3, 1e-3] a token's output depends almost on the last
+  token alone, so outputs could not show a window applied, nor KV read wrong inside it.
 - AMX (the site directory's ``launch_sglang.py``, the launcher only): ``intel_amx`` is the one CPU
   attention backend with an EAGLE draft backend; on a CPU without AMX SGLang's argument resolution
   swaps it for ``torch_native``, which refuses EAGLE, unless the launcher's platform says AMX is there.
@@ -30,6 +33,7 @@ What each shim is for:
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -37,6 +41,7 @@ from types import ModuleType
 from radix_testing import sglang_cpu_shim
 
 _PATCHES: dict[str, Callable[[ModuleType], None]] = {}
+DUMMY_WEIGHT_RANGE = "RADIX_TEST_DUMMY_WEIGHT_RANGE"
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
@@ -114,6 +119,16 @@ def _torch_kv_copies(mha: ModuleType) -> None:
     mha.transfer_kv_per_layer_direct_pf_lf = _transfer_kv_per_layer_direct_pf_lf
 
 
+def _wider_dummy_weights(weight_utils: ModuleType) -> None:
+    bound = float(os.environ[DUMMY_WEIGHT_RANGE])
+    draw = weight_utils.initialize_dummy_weights
+
+    def initialize_dummy_weights(model, low=-1e-3, high=1e-3, seed=1234) -> None:
+        draw(model, low=-bound, high=bound, seed=seed)
+
+    weight_utils.initialize_dummy_weights = initialize_dummy_weights  # before the model loader binds it
+
+
 def _cpu_streams_wait_for_nothing() -> None:
     import torch
 
@@ -129,4 +144,6 @@ def install() -> None:
     patch_after_import("sglang.srt.mem_cache.pool_host.common", _no_host_registration)
     patch_after_import("sglang.srt.mem_cache.pool_host.base", _host_pools_pin_nothing)
     patch_after_import("sglang.srt.mem_cache.pool_host.mha", _torch_kv_copies)
+    if os.environ.get(DUMMY_WEIGHT_RANGE):
+        patch_after_import("sglang.srt.model_loader.weight_utils", _wider_dummy_weights)
     _cpu_streams_wait_for_nothing()
