@@ -126,16 +126,39 @@ def test_a_model_whose_every_layer_is_sliding_window_gets_the_pure_swa_cache(ser
 
 
 @needs_backend
+def test_a_hybrid_sliding_window_model_gets_unified_radix_cache_on_radix_cores_tree(server_args, caplog):
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    from radix_core import WindowedRadixCache
+    from radix_sglang_adapter.backend.tree_core import RadixTreeCore
+
+    adapter.activate()
+    pool, allocator = sh.hybrid_swa_pools(16, 256, 128)
+    params = sh.cache_params(pool, allocator, 16, True, "lru", sliding_window_size=8, draft_swa_window=20)
+    context = sh.build_context(server_args, params, is_hybrid_swa=True, full_tokens_per_layer=256)
+    with caplog.at_level(logging.INFO, logger="radix_sglang_adapter"):
+        cache = create_tree_cache(context)
+    core = cache.tree_core
+    assert type(cache) is UnifiedRadixCache and cache.supports_swa() and isinstance(core, RadixTreeCore)
+    assert isinstance(core.tree, WindowedRadixCache) and core.tree.window == 20, "the draft's window is the wider"
+    assert (core.tree.page_size, core.tree.is_eagle) == (16, True)
+    assert "hybrid sliding-window model (window 8), its TreeCore runs on radix-core" in caplog.text
+    for field, named in [("enable_kv_cache_events", "--kv-events-config with a hybrid sliding-window")]:
+        refused_params = sh.cache_params(pool, allocator, 16, False, "lru", sliding_window_size=8, **{field: True})
+        refused = sh.build_context(server_args, refused_params, is_hybrid_swa=True, full_tokens_per_layer=256)
+        with pytest.raises(ValueError, match=named):
+            create_tree_cache(refused)
+
+
+@needs_backend
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
-        ({"context": {"is_hybrid_swa": True}}, "sliding-window"),
         ({"context": {"is_hybrid_ssm": True}}, "mamba"),
         ({"enable_session_radix_cache": True}, "--enable-session-radix-cache"),
         ({"policy": "slru"}, "--radix-eviction-policy slru"),
         ({"policy": "tlru"}, "--radix-eviction-policy tlru"),
         ({"eviction_policy_config": {"tail": 3}}, "--radix-eviction-policy-config"),
-        ({"sliding_window_size": 128}, "sliding-window"),
     ],
 )
 def test_what_radix_core_cannot_do_is_refused_naming_the_option(server_args, settings, named):
@@ -150,7 +173,7 @@ def test_what_radix_core_cannot_do_is_refused_naming_the_option(server_args, set
     [
         ({"hicache_host_memory_mode": "buffer_only"}, {}, "--hicache-host-memory-mode buffer_only"),
         ({}, {"enable_kv_cache_events": True}, "--kv-events-config and --enable-hierarchical-cache"),
-        ({}, {"context": {"is_hybrid_swa": True}}, "sliding-window"),
+        ({}, {"context": {"is_hybrid_swa": True}}, "--enable-hierarchical-cache with a hybrid sliding-window"),
     ],
 )
 def test_what_radix_core_cannot_do_with_hicache_is_refused_naming_the_option(options, settings, named):
@@ -167,10 +190,10 @@ def test_what_radix_core_cannot_do_with_hicache_is_refused_naming_the_option(opt
 @pytest.mark.parametrize(
     ("components", "settings", "named"),
     [
-        (("FULL", "SWA"), {}, "sliding-window"),
+        (("FULL", "SWA"), {"enable_kv_cache_events": True}, "--kv-events-config with a hybrid sliding-window"),
         (("FULL", "MAMBA"), {}, "mamba"),
         (("FULL",), {"enable_session_radix_cache": True}, "--enable-session-radix-cache"),
-        (("FULL",), {"enable_kv_cache_events": True}, "--kv-events-config and --enable-hierarchical-cache"),
+        (("FULL",), {"enable_kv_cache_events": True}, "--kv-events-config with SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"),
         (("FULL",), {"eviction_policy": "slru"}, "--radix-eviction-policy slru"),
     ],
 )

@@ -7,9 +7,10 @@ functions the scheduler uses: ``Req.init_next_round_input`` (match), ``BasePrefi
 ``checkpoint_kv_cache`` (chunked prefill), ``release_kv_cache`` (finish and abort); with a host
 tier (HiCache), also the scheduler's ``init_load_back`` at admission, ``ready_to_load_host_cache``
 before the batch, ``check_hicache_events`` before each step and ``flush_pending_backups`` after it,
-over a real KV pool whose rows say which token they hold; for a model whose every layer is
-sliding-window attention, SGLang's SWA pools and the scheduler's window eviction before each decode
-step. Only the batching is left out: requests move one at a time, a step at a time, as a test chooses.
+over a real KV pool whose rows say which token they hold; for a model with sliding-window attention
+(every layer, or beside full-attention ones), SGLang's SWA pools and the scheduler's window eviction
+before each decode step (and, for a hybrid, the early release of a prefill's window lock). Only the
+batching is left out: requests move one at a time, a step at a time, as a test chooses.
 """
 
 from __future__ import annotations
@@ -109,6 +110,18 @@ def pure_swa_pools(kv_slots: int) -> tuple[ReqToTokenPool, Any]:
     return pool, PureSWATokenToKVPoolAllocator(kv_slots, 1, torch.float32, "cpu", kv, False)
 
 
+def hybrid_swa_pools(page_size: int, kv_slots: int, swa_slots: int) -> tuple[ReqToTokenPool, Any]:
+    """The pools of a hybrid model, one full-attention and one sliding-window layer, as SGLang
+    builds them: an SWAKVPool under an SWATokenToKVPoolAllocator (its SWA pool ``swa_slots``)."""
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    pool = ReqToTokenPool(16, 2048, "cpu", False)
+    layers = {"swa_attention_layer_ids": [1], "full_attention_layer_ids": [0]}
+    kv = SWAKVPool(kv_slots, swa_slots, page_size, torch.float32, head_num=1, head_dim=8, device="cpu", **layers)
+    return pool, SWATokenToKVPoolAllocator(kv_slots, swa_slots, page_size, torch.float32, "cpu", kv, False)
+
+
 class NoForwardWorker:
     """The scheduler's tp_worker as HiCache's set-up sees it: the forward would wait on the
     load-back counter; there is no forward here."""
@@ -131,19 +144,29 @@ class Server:
         host_tier: bool = False,
         sliding_window: int | None = None,
         prefill_aware_swa: bool = False,
+        swa_slots: int | None = None,
+        release_prefill_window: bool = False,
         **params: Any,
     ):
         """``params``: any other CacheInitParams field (KV events, ...). ``host_tier``: the cache
         has HiCache on (the published server args say how): the scheduler's HiCache calls are made.
-        ``sliding_window``: every layer is sliding-window attention with that window (page 1);
+        ``sliding_window``: every layer is sliding-window attention with that window (page 1), or,
+        given ``swa_slots`` (the SWA pool's size), one layer beside a full-attention one;
         ``prefill_aware_swa``: the model keeps each prefill's KV (``swa_evict_floor``), as the
-        scheduler marks it for such models."""
+        scheduler marks it for such models; ``release_prefill_window``: a hybrid's decoding request
+        gives back its prefill's window lock once past the window (SGLANG_OPT_RELEASE_PREFILL_SWA)."""
         self.page_size = page_size
         self.host_tier = host_tier
         self.sliding_window = sliding_window
         self.prefill_aware_swa = prefill_aware_swa
+        self.hybrid = swa_slots is not None
+        self.release_prefill_window = release_prefill_window
         if sliding_window is None:
             self.pool, self.allocator = small_pools(page_size, kv_slots, kv_pool=host_tier)
+        elif self.hybrid:
+            assert not host_tier, "a hybrid model's cache runs without a host tier here"
+            self.pool, self.allocator = hybrid_swa_pools(page_size, kv_slots, swa_slots)  # type: ignore[arg-type]
+            params["sliding_window_size"] = sliding_window
         else:
             assert page_size == 1 and not host_tier, "SGLang's pure-SWA allocator is page 1, without a host tier"
             self.pool, self.allocator = pure_swa_pools(kv_slots)
@@ -284,6 +307,9 @@ class Server:
     def _decode(self, req: Req, token: int) -> None:
         if self.sliding_window is not None:  # ScheduleBatch.maybe_evict_swa, every step
             self.cache.evict_sliding_windows(req, req.seqlen - 1)
+            if self.release_prefill_window and req.decode_batch_idx >= self.cache.swa_retain_window:
+                self.cache.release_swa_prefix_lock(req)
+        req.decode_batch_idx += 1
         seq_len = req.kv.kv_allocated_len
         row = req.kv.req_pool_idx
         if self.page_size == 1:

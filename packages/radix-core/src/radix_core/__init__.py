@@ -37,6 +37,7 @@ from .tiers import (  # noqa: E402
     TieredNode,
     TieredRadixCache,
 )
+from .windows import WindowedRadixCache  # noqa: E402
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -58,6 +59,7 @@ __all__ = [
     "TieredNode",
     "TieredRadixCache",
     "TreeNode",
+    "WindowedRadixCache",
     "WRITE_POLICIES",
     "__version__",
     "backend",

@@ -43,13 +43,19 @@ def build_cache(ctx: Any) -> Any:
     else:
         from .cache import RadixCoreCache, RadixCorePureSWACache
 
-        if "FULL" in setup.components:
+        window = ctx.params.sliding_window_size
+        if "SWA" not in setup.components:
             cache = RadixCoreCache(ctx.params)
             what = "the prefix cache"
+            tree = cache.tree.tree_kind
+        elif "FULL" in setup.components:
+            cache = _unified_cache_on_radix_core(ctx)
+            what = f"UnifiedRadixCache of a hybrid sliding-window model (window {window}), its TreeCore"
+            tree = "python"  # WindowedRadixCache has only a Python store
         else:  # every layer sliding-window attention
             cache = RadixCorePureSWACache(ctx.params)
-            what = f"the prefix cache of a sliding-window model (window {ctx.params.sliding_window_size})"
-        tree = cache.tree.tree_kind
+            what = f"the prefix cache of a sliding-window model (window {window})"
+            tree = cache.tree.tree_kind
     live_caches.add(cache)
     status = radix_core.backend()
     logger.info(
@@ -66,8 +72,9 @@ def build_cache(ctx: Any) -> Any:
 
 
 def _unified_cache_on_radix_core(ctx: Any) -> Any:
-    """SGLang's UnifiedRadixCache (which drives HiCache: backups, load-backs, host eviction) with
-    radix-core's tree as its TreeCore (``backend.tree_core``), registered under ``radix`` too."""
+    """SGLang's UnifiedRadixCache (which drives HiCache, and a hybrid model's components: their
+    frees, window rebuilds and eviction loop) with radix-core's tree as its TreeCore
+    (``backend.tree_core``), registered under ``radix`` too."""
     from sglang.srt.mem_cache.registry import create_unified_radix_cache
     from sglang.srt.mem_cache.unified_cache import tree_core_registry
 

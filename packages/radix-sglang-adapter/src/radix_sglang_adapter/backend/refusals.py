@@ -17,14 +17,15 @@ from .registry import SELECT_FLAG
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What the refusals look at: SGLang's ``CacheInitParams`` and memory settings, whether HiCache
-    is on, and which tree components the model needs (a model whose every layer is sliding-window
-    attention needs SWA alone). ``Setup(params)`` is what the parameters alone say (a cache built
-    directly, without HiCache)."""
+    is on, which tree components the model needs (a model whose every layer is sliding-window
+    attention needs SWA alone), and whether SGLang builds radix's TreeCore itself. ``Setup(params)``
+    is what the parameters alone say (a cache built directly, without HiCache)."""
 
     params: Any
     memory: Any = None
     hicache: bool = False
     components: Collection[str] = ("FULL",)
+    tree_core: bool = False
 
     @classmethod
     def of_context(cls, ctx: Any) -> Setup:
@@ -37,10 +38,11 @@ class Setup:
 
     @classmethod
     def of_tree_core(cls, params: Any, components: Collection[Any]) -> Setup:
-        """The setup of a TreeCore SGLang builds under its UnifiedRadixCache (HiCache). Its memory
-        settings are the factory's to check: SGLang tells a TreeCore of buffer-only host memory
-        by a call, which it refuses."""
-        return cls(params, None, True, [component.name for component in components])
+        """The setup of a TreeCore SGLang builds under its UnifiedRadixCache, as far as it is known
+        then: SGLang turns HiCache on later, by a call (the TreeCore checks again with it), and the
+        memory settings are the factory's to check (buffer-only host memory comes by a call too,
+        which the TreeCore refuses)."""
+        return cls(params, None, False, [component.name for component in components], tree_core=True)
 
     @property
     def policy(self) -> str:
@@ -66,9 +68,14 @@ class Refusal:
 REFUSALS = [
     Refusal(lambda s: s.params.disable, "--disable-radix-cache", "a disabled cache has no tree to run"),
     Refusal(
-        lambda s: "FULL" in s.components and ("SWA" in s.components or s.params.sliding_window_size is not None),
-        "a hybrid sliding-window (FULL and SWA attention) model",
-        "radix-core's tree has no SWA component beside FULL attention",
+        lambda s: s.hicache and {"FULL", "SWA"} <= set(s.components),
+        "--enable-hierarchical-cache with a hybrid sliding-window (FULL and SWA attention) model",
+        "radix-core's tree keeps no host copies of sliding-window KV",
+    ),
+    Refusal(
+        lambda s: s.params.enable_kv_cache_events and {"FULL", "SWA"} <= set(s.components),
+        "--kv-events-config with a hybrid sliding-window (FULL and SWA attention) model",
+        "radix-core's TreeCore publishes no KV events yet",
     ),
     Refusal(
         lambda s: s.hicache and "FULL" not in s.components,
@@ -78,8 +85,8 @@ REFUSALS = [
     Refusal(lambda s: "MAMBA" in s.components, "a model with mamba state", "radix-core's tree has no mamba component"),
     Refusal(
         lambda s: not set(s.components) <= {"FULL", "SWA", "MAMBA"},
-        "tree components other than FULL",
-        "radix-core's tree has FULL attention only",
+        "tree components other than FULL, SWA and MAMBA",
+        "radix-core's trees have FULL and SWA attention",
     ),
     Refusal(lambda s: getattr(s.memory, "enable_lmcache", False), "--enable-lmcache", "LMCache needs SGLang's tree"),
     Refusal(lambda s: getattr(s.memory, "enable_flexkv", False), "--enable-flexkv", "FlexKV brings its own tree cache"),
@@ -107,6 +114,11 @@ REFUSALS = [
         lambda s: s.hicache and s.params.enable_kv_cache_events,
         "--kv-events-config and --enable-hierarchical-cache together",
         "radix-core's TreeCore publishes no host-tier events yet",
+    ),
+    Refusal(
+        lambda s: s.tree_core and s.params.enable_kv_cache_events,
+        "--kv-events-config with SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=radix",
+        "radix-core's TreeCore publishes no KV events yet",
     ),
 ]
 

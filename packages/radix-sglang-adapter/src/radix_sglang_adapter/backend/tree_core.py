@@ -1,9 +1,11 @@
-"""RadixTreeCore: SGLang's UnifiedRadixCache on radix-core's tiered tree (HiCache).
+"""RadixTreeCore: SGLang's UnifiedRadixCache on radix-core's trees (HiCache, hybrid models).
 
 SGLang 0.5.22+'s ``UnifiedRadixCache`` drives a TreeCore through ``UnifiedTreeCoreInterface``, by
-node id. This core answers it with a ``radix_core.TieredRadixCache`` for full attention alone; what
-it does not serve (SWA and mamba components, session radix cache, buffer-only host memory, the
-external cache linker, KV events) is refused when asked for, naming it, never served wrong. With L3
+node id. This core answers it with a ``radix_core.TieredRadixCache`` for full attention (with
+HiCache), or a ``radix_core.WindowedRadixCache`` for a hybrid model's FULL and SWA components
+(without HiCache); what it does not serve (the mamba component, session radix cache, buffer-only
+host memory, the external cache linker, KV events) is refused when asked for, naming it, never
+served wrong. With L3
 storage on, each node keeps its pages' storage hashes (SGLang's own hash of SGLang's key) in
 ``page_hashes``, which the tree cuts with the node. Imported only when SGLang builds a cache with
 it: it imports SGLang.
@@ -11,6 +13,8 @@ it: it imports SGLang.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import operator
 import weakref
 from collections.abc import Callable, Sequence
@@ -31,12 +35,19 @@ from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.events import KVCacheEventRecorder
 from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang.srt.mem_cache.unified_cache.cache_action import BackupKV, FreeDeviceKV
+from sglang.srt.mem_cache.unified_cache.cache_action import (
+    BackupKV,
+    FreeDeviceKV,
+    FreeDeviceKVFullOnly,
+    RecoverSWAWithLockedFull,
+    SWARebuild,
+)
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.components import CacheTransferPhase
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import StorageBackupSpec
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     BaseEvictionResult,
+    DecSwaLockOnlyResult,
     DemoteResult,
     DriveHostEvictionResult,
     DropSubtreeNoHostResult,
@@ -49,18 +60,21 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 import radix_core
-from radix_core import TieredNode, TieredRadixCache
+from radix_core import TieredNode, TieredRadixCache, WindowedRadixCache
+from radix_core.windows import FreeValue, PublishWindow, RecoverWindowUnderLock
 
 from .refusals import Setup, refuse_unserved
 from .translation import backup_chains, duplicate_ranges, match_result, merged, namespace, on_tree
 
 FULL = ComponentType.FULL
+SWA = ComponentType.SWA
 NodeId = int
 
 
 def _refuse(what: str) -> NoReturn:
     raise NotImplementedError(
-        f"--radix-cache-backend radix does not serve {what} with HiCache yet; run without it, or use SGLang's own cache"
+        f"--radix-cache-backend radix does not serve {what} on its TreeCore yet; "
+        "run without it, or use SGLang's own cache"
     )
 
 
@@ -99,12 +113,16 @@ class CoreNode(TieredNode):
 
 
 class RadixTreeCore(UnifiedTreeCoreInterface):
-    """A FULL-only TreeCore on ``radix_core.TieredRadixCache``; node ids are radix-core node ids."""
+    """A TreeCore on radix-core's trees, FULL alone or FULL and SWA; node ids are radix-core node ids."""
 
     supports_rotation_base = False
 
     def __init__(self, params: CacheInitParams, components: dict[ComponentType, Any]):
-        refuse_unserved(Setup.of_tree_core(params, components))
+        self._setup = Setup.of_tree_core(params, components)
+        refuse_unserved(self._setup)
+        # The units a request's window reads (its draft's included), when the model has SWA layers.
+        self.window: int | None = params.swa_retain_window if SWA in components else None
+        self.gates_prefix_match = bool(params.swa_gates_prefix_match)
         self.page_size = params.page_size
         self.is_eagle = bool(params.is_eagle)
         self.eviction_policy = params.eviction_policy.lower()
@@ -137,6 +155,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         tree.backup_threshold = self._write_through_threshold if counting else None
 
     def set_hicache_enabled(self) -> None:
+        refuse_unserved(dataclasses.replace(self._setup, hicache=True))
         self.enable_hicache = True
         self._sync_policy()
 
@@ -145,17 +164,36 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     def reset(self) -> None:
         self._arena: dict[int, CoreNode] = {}
         self._device_frees: list[Any] = []  # what the tree freed, until _collect() hands it to SGLang
+        self._window_frees: list[Any] = []
         self._host_frees: list[Any] = []
-        self.tree = TieredRadixCache(
-            self.page_size,
-            self.is_eagle,
-            self.eviction_policy,
-            on_evict=self._device_frees.append,
-            on_host_evict=self._host_frees.append,
-            on_store=self._hash_if_stored,
-            on_remove=self._forget,
-            node_class=self._node_class,
-        )
+        self._insert_walk: Any = None  # a hybrid insert suspended at a publish, and its actions so far
+        self._insert_actions: list[Any] = []
+        self.tree: TieredRadixCache
+        if self.window is None:
+            self.tree = TieredRadixCache(
+                self.page_size,
+                self.is_eagle,
+                self.eviction_policy,
+                on_evict=self._device_frees.append,
+                on_host_evict=self._host_frees.append,
+                on_store=self._hash_if_stored,
+                on_remove=self._forget,
+                node_class=self._node_class,
+            )
+        else:  # stamps uses from a counter, as SGLang's TreeCore: a match's ancestors go just below
+            self.tree = WindowedRadixCache(
+                self.window,
+                self.page_size,
+                self.is_eagle,
+                self.eviction_policy,
+                gates_prefix_match=self.gates_prefix_match,
+                on_evict=self._device_frees.append,
+                on_window_evict=self._window_frees.append,
+                on_store=self._hash_if_stored,
+                on_remove=self._forget,
+                node_class=self._node_class,
+                clock=itertools.count(1.0).__next__,
+            )
         self.root_node = self.tree.root_node
         self._namespaces: dict[Any, tuple[Any, Any]] = {}
         self._eviction_target = 0
@@ -262,8 +300,30 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     # ----- match --------------------------------------------------------------------------------
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
+        if isinstance(self.tree, WindowedRadixCache):
+            return self._match_window(params)
         found = self.tree.match_prefix(self._tree_key(params.key), indices=False)
         return match_result(found, self.root_node, self._empty_match_result, tree_core=True)
+
+    def _match_window(self, params: MatchPrefixParams) -> MatchResult:
+        """A hybrid model's match: usable where the window is, walked as far as full attention is;
+        past the usable prefix, the last page-aligned unit of the walk is where a request's SWA
+        branches (SGLang's ``swa_branching_seqlen``)."""
+        found = cast(WindowedRadixCache, self.tree).match_window(self._tree_key(params.key))
+        if found.deepest is self.root_node:
+            return self._empty_match_result
+        best = found.last_node.id
+        aligned = found.hit_len // self.page_size * self.page_size
+        return MatchResult(
+            device_prefix_len=found.prefix_len,
+            last_device_node=best,
+            last_host_node=best,
+            best_match_node=best,
+            last_visited_node_id=found.deepest.id,
+            full_kv_hit_length=found.hit_len,
+            swa_branching_seqlen=aligned if aligned > found.prefix_len else None,
+            cache_actions=[],
+        )
 
     @property
     def empty_match_result(self) -> MatchResult:
@@ -295,11 +355,27 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     def begin_insert(self, params: InsertParams) -> InsertStepResult:
         """The walk has no barrier for FULL alone: one step, done when it returns (nothing stays in
         flight, as SGLang's core after its last step), its actions in SGLang's order (the
-        duplicates to free, then each backup chain, root first, an ancestor in one chain only)."""
+        duplicates to free, then each backup chain, root first, an ancestor in one chain only).
+        A hybrid model's walk stops after each window it publishes (SGLang applies the
+        ``SWARebuild`` before the walk goes on)."""
+        if self._insert_walk is not None:
+            raise RuntimeError("concurrent insert walks")
         key = self._tree_key(params.key)
         value = params.value
         if value is None:  # SGLang stores the token ids themselves then
             value = torch.tensor(key.token_ids[: len(key)], dtype=torch.int64)
+        if isinstance(self.tree, WindowedRadixCache):
+            walk = self.tree.insert_window(
+                key,
+                value,
+                self._insert_actions,
+                params.priority or 0,
+                inserted_len=params.inserted_len,
+                prev_prefix_len=params.prev_prefix_len,
+                window_floor=params.get_evicted_seqlen(SWA),
+            )
+            self._insert_walk = (walk, params)
+            return self.resume_insert()
         tree = self.tree
         result = tree.insert(key, value, params.priority or 0, inserted_len=params.inserted_len)
         actions: list[Any] = []
@@ -316,29 +392,89 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return InsertStepResult(actions=actions, result=insert_result)
 
     def resume_insert(self) -> InsertStepResult:
-        raise RuntimeError("no in-flight insert")
+        if self._insert_walk is None:
+            raise RuntimeError("no in-flight insert")
+        walk, params = self._insert_walk
+        try:
+            next(walk)
+        except StopIteration as done:
+            self._insert_walk = None
+            result = self._window_insert_result(done.value, params)
+            return InsertStepResult(actions=self._take_insert_actions(), result=result)
+        return InsertStepResult(actions=self._take_insert_actions())
+
+    def _window_insert_result(self, inserted: Any, params: InsertParams) -> InsertResult:
+        result = InsertResult(prefix_len=inserted.prefix_len, last_device_node=inserted.last_node.id)
+        if params.swa_branching_seqlen is not None:
+            result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
+        if params.track_adopted_ranges:
+            ranges = {FULL: merged(inserted.adopted), SWA: merged(inserted.adopted_window)}
+            result.adopted_ranges = {component: spans for component, spans in ranges.items() if spans}
+        return result
+
+    def _take_insert_actions(self) -> list[Any]:
+        """The hybrid insert's actions so far, as SGLang's cache actions (the list emptied)."""
+        actions = []
+        for action in self._insert_actions:
+            if isinstance(action, FreeValue):
+                actions.append((FreeDeviceKV if action.window_too else FreeDeviceKVFullOnly)([action.value]))
+            elif isinstance(action, PublishWindow):
+                actions.append(SWARebuild(action.node.id, action.full_value))
+            elif isinstance(action, RecoverWindowUnderLock):
+                actions.append(RecoverSWAWithLockedFull(action.node.id, action.kept, action.incoming))
+        self._insert_actions.clear()
+        return actions
 
     def has_ongoing_insert(self) -> bool:
-        return False
+        return self._insert_walk is not None
 
     def end_insert(self) -> list[Any]:
-        return []
+        if self._insert_walk is not None:
+            self._insert_walk[0].close()
+            self._insert_walk = None
+        return self._take_insert_actions()
 
     # ----- locks --------------------------------------------------------------------------------
 
     def inc_lock_ref(self, node_id: NodeId, skip_lock_components: Sequence[ComponentType] = ()) -> IncLockRefResult:
+        """FULL locks the whole path; SWA the window above the node, its receipt carrying the mark
+        where the window's release stops."""
         skipped = tuple(skip_lock_components)
         result = IncLockRefResult(node_id=node_id, skipped_lock_components=skipped)
+        node = self._node(node_id)
         if FULL not in skipped:
-            result.delta = -self.tree.inc_lock_ref(self._node(node_id))
+            result.delta = -self.tree.inc_lock_ref(node)
+        if isinstance(self.tree, WindowedRadixCache) and SWA not in skipped:
+            result.set_lock_uuid(SWA, self.tree.lock_window(node))
         return result
 
     def dec_lock_ref(self, node_id: NodeId, params: DecLockRefParams, skip_swa: bool = False) -> DecLockRefResult:
+        """``skip_swa``: the window was released early already (``dec_swa_lock_only``)."""
+        self._check_receipt(node_id, params)
+        node = self._node(node_id)
+        windowed = isinstance(self.tree, WindowedRadixCache) and SWA not in params.skipped_lock_components
+        if windowed and not skip_swa:
+            cast(WindowedRadixCache, self.tree).unlock_window(node, params.get_lock_uuid(SWA))
+        if FULL not in params.skipped_lock_components:
+            self.tree.dec_lock_ref(node)
+        return DecLockRefResult()
+
+    def dec_swa_lock_only(self, node_id: NodeId, params: DecLockRefParams) -> DecSwaLockOnlyResult:
+        """Give back a request's window lock early, its FULL lock kept (decode has moved past the
+        window); a device leaf left unlocked loses its window KV at once."""
+        self._check_receipt(node_id, params)
+        result = DecSwaLockOnlyResult()
+        if not isinstance(self.tree, WindowedRadixCache):
+            _refuse("the SWA component")
+        if node_id != self.root_node.id:
+            freed = self.tree.release_window(self._node(node_id), params.get_lock_uuid(SWA))
+            result.device_frees[SWA].extend(freed)
+        return result
+
+    @staticmethod
+    def _check_receipt(node_id: NodeId, params: DecLockRefParams) -> None:
         if params.node_id != node_id:
             raise AssertionError(f"lock receipt anchored on node {params.node_id} released on node {node_id}")
-        if FULL not in params.skipped_lock_components:
-            self.tree.dec_lock_ref(self._node(node_id))
-        return DecLockRefResult()
 
     def inc_full_pin(self, node_id: NodeId) -> None:
         self.tree.inc_lock_ref(self._node(node_id))
@@ -366,25 +502,44 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             result.device_frees[FULL].extend(self._device_frees)
             result.tracker[FULL] += sum(len(value) for value in self._device_frees)
             self._device_frees.clear()
+        if self._window_frees:  # SGLang frees SWA slots by their full indices
+            result.device_frees[SWA].extend(self._window_frees)
+            result.tracker[SWA] += sum(len(value) for value in self._window_frees)
+            self._window_frees.clear()
         if self._host_frees:
             result.host_frees[FULL].extend(self._host_frees)
             self._host_frees.clear()
         return result
 
     def evict_device_start(self, component_type: ComponentType, request_cnt: int) -> None:
-        self._full_only(component_type)
+        self._served(component_type)
         self._eviction_target = request_cnt
+        if component_type == SWA:
+            cast(WindowedRadixCache, self.tree).start_window_eviction()
 
     def evict_device_next_node(
         self, component_type: ComponentType, tracker: dict[ComponentType, int]
     ) -> EvictDeviceNextNodeResult:
-        self._full_only(component_type)
+        """FULL: the next device leaf by the eviction policy. SWA: the next unlocked window value
+        from the old end of its LRU list: a device leaf to evict whole, else tombstoned here."""
+        self._served(component_type)
         result = EvictDeviceNextNodeResult()
-        if tracker.get(FULL, 0) < self._eviction_target:
+        if tracker.get(component_type, 0) >= self._eviction_target:
+            return result
+        if component_type == FULL:
             node = self.tree.pop_device_leaf()
-            if node is not None:
-                result.node_id = node.id
+        else:
+            tree = cast(WindowedRadixCache, self.tree)
+            node = tree.next_window_victim()
+            if node is not None and not tree.is_device_leaf(node):
+                full_value = tree.tombstone_window(node)
+                result.device_frees[SWA].append(full_value)
+                result.tracker[SWA] = len(full_value)
                 result.made_progress = True
+                return result
+        if node is not None:
+            result.node_id = node.id
+            result.made_progress = True
         return result
 
     def evict_device_leaf(self, node_id: NodeId, is_write_back: bool) -> EvictDeviceLeafResult:
@@ -413,8 +568,10 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return self._collect(result)
 
     def evict_device_end(self, component_type: ComponentType) -> None:
-        self._full_only(component_type)
+        self._served(component_type)
         self._eviction_target = 0
+        if component_type == SWA:
+            cast(WindowedRadixCache, self.tree).end_window_eviction()
 
     def drive_host_eviction(self, component_type: ComponentType, num_tokens: int) -> DriveHostEvictionResult:
         result = DriveHostEvictionResult()
@@ -432,22 +589,33 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     full_protected_size = protected_size
 
     def component_evictable_size(self, component_type: ComponentType) -> int:
-        return self.tree.evictable_size() if component_type == FULL else 0
+        if component_type == FULL:
+            return self.tree.evictable_size()
+        return self.swa_evictable_size() if component_type == SWA else 0
 
     def component_protected_size(self, component_type: ComponentType) -> int:
-        return self.tree.protected_size() if component_type == FULL else 0
+        if component_type == FULL:
+            return self.tree.protected_size()
+        return self.swa_protected_size() if component_type == SWA else 0
+
+    def swa_evictable_size(self) -> int:
+        tree = self.tree
+        return tree.window_evictable_size() if isinstance(tree, WindowedRadixCache) else 0
+
+    def swa_protected_size(self) -> int:
+        tree = self.tree
+        return tree.window_protected_size() if isinstance(tree, WindowedRadixCache) else 0
 
     def _no_component(self) -> int:
-        """SWA and mamba sizes: this core has neither component."""
+        """Mamba sizes: this core has no mamba component."""
         return 0
 
-    swa_evictable_size = _no_component
-    swa_protected_size = _no_component
     mamba_evictable_size = _no_component
     mamba_protected_size = _no_component
 
     def total_size(self) -> tuple[int, int]:
-        return self.tree.total_size(), 0
+        tree = self.tree
+        return tree.total_size(), tree.window_size() if isinstance(tree, WindowedRadixCache) else 0
 
     def all_values_flatten(self) -> torch.Tensor:
         values = [node.value for node in self._arena.values() if node.value is not None and node is not self.root_node]
@@ -457,16 +625,29 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return self._empty
 
     def get_component_device_value(self, node_id: NodeId, component_type: ComponentType) -> torch.Tensor | None:
-        self._full_only(component_type)
-        return cast("torch.Tensor | None", self._node(node_id).value)
+        self._served(component_type)
+        node = self._node(node_id)
+        if component_type == SWA:
+            return cast("torch.Tensor | None", cast(WindowedRadixCache, self.tree).window_value(node))
+        return cast("torch.Tensor | None", node.value)
+
+    def set_component_device_value(self, node_id: NodeId, component_type: ComponentType, value: torch.Tensor) -> None:
+        """A window value SGLang built for a node an insert published (SWA only: FULL values
+        enter through inserts)."""
+        if component_type != SWA:
+            _refuse(f"setting values of the {component_type.name} component")
+        self._served(component_type)
+        cast(WindowedRadixCache, self.tree).set_window_value(self._node(node_id), value)
 
     def component_has_host_value_only(self, node_id: NodeId, component_type: ComponentType) -> bool:
-        self._full_only(component_type)
+        self._served(component_type)
+        if component_type == SWA:
+            return False  # no host tier for window values
         node = self._node(node_id)
         return node.value is None and node.host_value is not None
 
-    def _full_only(self, component_type: ComponentType) -> None:
-        if component_type != FULL:
+    def _served(self, component_type: ComponentType) -> None:
+        if component_type != FULL and not (component_type == SWA and isinstance(self.tree, WindowedRadixCache)):
             _refuse(f"the {component_type.name} component")
 
     # ----- HiCache: backup, load-back, L3 -------------------------------------------------------
@@ -484,7 +665,8 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     def build_hicache_transfers(
         self, component_type: ComponentType, node_id: NodeId, phase: CacheTransferPhase, **_: Any
     ) -> list[PoolTransfer] | None:
-        self._full_only(component_type)
+        if component_type != FULL:
+            _refuse(f"HiCache transfers of the {component_type.name} component")
         if phase != CacheTransferPhase.LOAD_BACK:
             return None
         run = self.tree.load_back_nodes(self._node(node_id))
@@ -565,7 +747,6 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
     set_host_memory_buffer_only = _refused("buffer-only host memory")
     snapshot_buffer_backup = _refused("buffer-only host memory")
     validate_buffer_backup = _refused("buffer-only host memory")
-    dec_swa_lock_only = _refused("the SWA component")
     finish_swa_state_eviction = _refused("the SWA component")
     swa_tombstone_ranges = _refused("the SWA component")
     attach_swa_window = _refused("the SWA component")
@@ -579,11 +760,6 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
 
     def adjust_component_size(self, node_id: NodeId, component_type: ComponentType, delta: int) -> NoReturn:
         _refuse(f"size adjustments of the {component_type.name} component")
-
-    def set_component_device_value(
-        self, node_id: NodeId, component_type: ComponentType, value: torch.Tensor
-    ) -> NoReturn:
-        _refuse(f"the {component_type.name} component")
 
     # ----- debugging ----------------------------------------------------------------------------
 
