@@ -20,8 +20,11 @@ from hypothesis.stateful import (
 )
 
 from radix_core import WRITE_POLICIES, RadixKey, TieredRadixCache
+from radix_testing.backend_fixtures import python_store_only
 from radix_testing.cache_invariants import check_tiered_invariants
 from radix_testing.examples import examples
+
+pytestmark = python_store_only
 
 SEGMENTS = [[7, 7, 7, 7], [1, 2, 3, 4, 5, 6], [9, 8]]
 keys = st.tuples(
@@ -498,7 +501,7 @@ def test_insert_host_adds_below_a_host_copy_and_drops_below_none(backend_name):
     check_tiered_invariants(cache)
 
 
-def test_bad_calls_are_refused():
+def test_bad_calls_are_refused(backend_name):
     with pytest.raises(ValueError, match="write policy"):
         TieredRadixCache(write_policy="write_around")
     cache = TieredRadixCache()

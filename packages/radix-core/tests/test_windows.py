@@ -11,6 +11,9 @@ import pytest
 
 from radix_core import WindowedRadixCache
 from radix_core.windows import FreeValue, PublishWindow, RecoverWindowUnderLock
+from radix_testing.backend_fixtures import python_store_only
+
+pytestmark = python_store_only
 
 
 def values(start: int, count: int) -> array:

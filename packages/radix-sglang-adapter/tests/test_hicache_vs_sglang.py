@@ -32,7 +32,10 @@ from radix_sglang_adapter.backend.factory import build_cache  # noqa: E402
 from radix_sglang_adapter.backend.hicache import RadixCoreHiCache  # noqa: E402
 from radix_sglang_adapter.backend.refusals import tree_core_route  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from radix_testing.backend_fixtures import python_store_only  # noqa: E402
 from radix_testing.request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
+
+pytestmark = python_store_only
 
 operations = st.lists(
     st.one_of(

@@ -33,8 +33,10 @@ from radix_core import WindowedRadixCache  # noqa: E402
 from radix_sglang_adapter.backend.factory import build_cache  # noqa: E402
 from radix_sglang_adapter.backend.tree_core import RadixTreeCore  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
+from radix_testing.backend_fixtures import python_store_only  # noqa: E402
 from radix_testing.request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
 
+pytestmark = python_store_only
 SWA = ComponentType.SWA
 KV_SLOTS = 512
 SWA_SLOTS = 224  # less than the full pool: the window's LRU evicts before full attention's
@@ -136,12 +138,9 @@ def run_both(ops: list[tuple], server_args: Any, core: str, page_size: int, wind
 
 
 CORES = ["python", "rust"]
-# The hybrid tree has a Python store alone: radix-native's tree would only repeat the native kernels' run.
-KERNELS = pytest.mark.parametrize("backend_name", ["python", "native"], indirect=True)
 WINDOWS = [(1, 4), (1, 32), (16, 16), (16, 40)]  # (page size, window)
 
 
-@KERNELS
 @pytest.mark.parametrize("core", CORES)
 @pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
 @pytest.mark.parametrize(("page_size", "window"), WINDOWS, ids=[f"page{p}-window{w}" for p, w in WINDOWS])
@@ -172,7 +171,6 @@ def busy_stream() -> list[tuple]:
     return ops
 
 
-@KERNELS
 @pytest.mark.parametrize("core", CORES)
 @pytest.mark.parametrize("release", [False, True], ids=["window-kept", "window-released"])
 @pytest.mark.parametrize(("page_size", "window"), [(1, 4), (16, 16)], ids=["page1-window4", "page16-window16"])

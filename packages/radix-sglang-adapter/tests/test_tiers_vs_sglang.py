@@ -32,6 +32,9 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
 from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
 
 from radix_sglang_adapter.backend.tree_core import RadixTreeCore  # noqa: E402
+from radix_testing.backend_fixtures import python_store_only  # noqa: E402
+
+pytestmark = python_store_only
 
 FULL = ComponentType.FULL
 EVERYTHING = 10**9

@@ -1,7 +1,8 @@
 """pytest fixtures for suites that test code on radix-core's backends.
 
 Import them into a ``conftest.py``: ``from radix_testing.backend_fixtures import backend_name``
-(every backend) or ``native_tree`` (radix-native's tree only). Set ``RADIX_EXPECT_BACKEND=native``
+(every backend) or ``native_tree`` (radix-native's tree only); ``python_store_only`` narrows
+``backend_name`` to the kernels. Set ``RADIX_EXPECT_BACKEND=native``
 in a session that must run native: a missing or fallen-back native backend then fails the test
 instead of skipping it.
 """
@@ -48,6 +49,11 @@ def backend_name(request: pytest.FixtureRequest) -> Iterator[str]:
         yield "native"
     after = _backend.backend()
     assert after.active == "native", f"a native kernel fell back to Python during the test: {after.reason}"
+
+
+# Marks a test (or a module, as ``pytestmark``) of a cache whose tree has a Python store only (the
+# tiered and windowed trees): there radix-native's tree would only repeat the native kernels' run.
+python_store_only = pytest.mark.parametrize("backend_name", ["python", "native"], indirect=True)
 
 
 @pytest.fixture
