@@ -32,6 +32,12 @@ Cells: EAGLE on and off x KV capacities (unbounded, 1M, 200k tokens), LRU. Every
 the same prefix length to every request (else the run fails). Targets are checked on the
 in-the-cache clock; the scheduler-path ratios are printed beside them.
 
+``--hybrid-window N``: instead, a hybrid model's caches (one full-attention and one sliding-window
+layer, window N, its SWA pool 80% of the full one): SGLang's default (UnifiedRadixCache with FULL
+and SWA on its Rust TreeCore) and the backend (the same UnifiedRadixCache on radix's TreeCore,
+radix-core native and pure), each decoding request's window freeing the SWA KV behind it once its
+output is in (``evict_sliding_windows``, in the clock). Cells: EAGLE on and off x 1M and 200k tokens.
+
 ``--kv-events``: SGLang's default cache and radix native also run with KV cache events on
 (``--kv-events-config``), interleaved with their events-off runs, the events taken after every
 request as the scheduler's publisher takes them after every batch (inside the clock; the
@@ -67,12 +73,14 @@ import harness  # noqa: E402
 import torch  # noqa: E402
 from benchmark_direct import arrays, memory_floor  # noqa: E402  (one definition of the floor)
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req  # noqa: E402
+from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InitLoadBackParams  # noqa: E402
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 from sglang.srt.mem_cache.registry import create_tree_cache, get_radix_cache_factory  # noqa: E402
+from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
 import radix_sglang_adapter  # noqa: E402
@@ -186,10 +194,27 @@ IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
     "radix pure": backend_cache,
 }
 HICACHE_TARGET = 2.0  # radix native over SGLang's default, both with HiCache, in the cache
+HYBRID_TARGET = 2.0  # the same, both caching a hybrid sliding-window model
+HYBRID_IMPLEMENTATIONS = [BASELINE, "radix native", "radix pure"]
+HYBRID_CAPACITIES = ["1M", "200k"]
+SWA_SHARE = 0.8  # the SWA pool's size, a share of the full pool's
 HOST_RATIO = 2.0  # the host tier holds twice the device pool (--hicache-ratio)
 # The device KV pool the host tier is sized and laid out from (its copies move nothing here, see
 # host_copies_move_nothing): one layer, one head of 8 fp16 values per token.
 KV_SHAPE = {"head_num": 1, "head_dim": 8, "layer_num": 1}
+
+
+def hybrid_pools(capacity: int) -> tuple[Any, Any]:
+    """A hybrid model's KV pools (one full-attention, one sliding-window layer) and SGLang's SWA
+    allocator over them, its two free lists the O(1) stand-in's."""
+    swa_capacity = int(capacity * SWA_SHARE)
+    layers = {"swa_attention_layer_ids": [1], "full_attention_layer_ids": [0]}
+    shape = {"head_num": KV_SHAPE["head_num"], "head_dim": KV_SHAPE["head_dim"]}
+    kv_pool = SWAKVPool(capacity, swa_capacity, 1, torch.float16, **shape, device="cpu", **layers)
+    allocator = SWATokenToKVPoolAllocator(capacity, swa_capacity, 1, torch.float16, "cpu", kv_pool, False)
+    allocator.full_attn_allocator = FreeListAllocator(capacity, torch.float16, "cpu", kv_pool.full_kv_pool, False)
+    allocator.swa_attn_allocator = FreeListAllocator(swa_capacity, torch.float16, "cpu", kv_pool.swa_kv_pool, False)
+    return kv_pool, allocator
 
 
 class NoForwardWorker:
@@ -216,27 +241,34 @@ def replay(
     capacity: int,
     chunk: int,
     hicache: bool = False,
+    window: int | None = None,
 ):
     """Seconds per request on the scheduler path, inside the cache and inside its TreeCore (none
     for a cache without one), each request's matched prefix (on the device, loaded back from the
     host tier), the seconds per request in each of the cache's methods the scheduler called (and
     which of them SGLang wrote), and the filled cache (alone in a list, so that the caller can
-    drop it)."""
+    drop it). ``window``: a hybrid model's, whose sliding-window layer has that window."""
     longest = max(len(prompt) + len(output) for prompt, output in requests)
     pool = ReqToTokenPool(1, longest + 1, "cpu", False)
     kv_pool = None
-    if hicache:
-        kv_pool = MHATokenToKVPool(capacity, 1, torch.float16, **KV_SHAPE, device="cpu", enable_memory_saver=False)
-    allocator = FreeListAllocator(capacity, torch.float16, "cpu", kv_pool, False)
+    hybrid: dict[str, Any] = {}
+    if window is not None:
+        kv_pool, allocator = hybrid_pools(capacity)
+        hybrid = {"is_hybrid_swa": True, "full_tokens_per_layer": capacity}
+    else:
+        if hicache:
+            kv_pool = MHATokenToKVPool(capacity, 1, torch.float16, **KV_SHAPE, device="cpu", enable_memory_saver=False)
+        allocator = FreeListAllocator(capacity, torch.float16, "cpu", kv_pool, False)
     cache_name = implementation.removesuffix(WITH_EVENTS)
     events = cache_name != implementation
-    params = sh.cache_params(pool, allocator, 1, eagle, "lru", enable_kv_cache_events=events)
+    options = {"enable_kv_cache_events": events, "sliding_window_size": window}
+    params = sh.cache_params(pool, allocator, 1, eagle, "lru", **options)
     worker = NoForwardWorker() if hicache else None
-    context = sh.build_context(server_args, params, enable_hierarchical_cache=hicache, tp_worker=worker)
+    context = sh.build_context(server_args, params, enable_hierarchical_cache=hicache, tp_worker=worker, **hybrid)
     built = IMPLEMENTATIONS[cache_name](context)
     # With HiCache, a UnifiedRadixCache's calls into its TreeCore are timed too: the share of the
     # cache's time a faster core could win back (the rest is UnifiedRadixCache and its controller).
-    tree_core = getattr(built, "tree_core", None) if hicache else None
+    tree_core = getattr(built, "tree_core", None) if hicache or window is not None else None
     core = TimedCache(tree_core)
     if tree_core is not None:
         built.tree_core = core
@@ -287,6 +319,8 @@ def replay(
         req.kv.kv_allocated_len = req.kv.kv_committed_len = len(prompt) + len(output)
         req.finished_reason = FINISH_LENGTH(len(output))
         start = clock()
+        if window is not None:  # the window has moved on: the SWA KV behind it goes (every step, on a server)
+            cache.evict_sliding_windows(req, len(prompt) + len(output) - 1)
         release_kv_cache(req, cache, checkpoint=True)
         if events:
             cache.take_events()
@@ -294,7 +328,7 @@ def replay(
         inside.append(cache.cache_seconds() - core.calls * PROBE_SECONDS)  # the inner probes too
         if tree_core is not None:
             in_core.append(core.cache_seconds())
-    if tree_core is not None:  # what UnifiedRadixCache registers to run at exit would keep it alive till then
+    if hasattr(built, "shutdown"):  # what UnifiedRadixCache registers to run at exit would keep it alive till then
         built.shutdown()
         atexit.unregister(built.shutdown)
     methods = {name: spent / len(requests) for name, spent in cache.by_method.most_common()}
@@ -315,15 +349,19 @@ def run_one(
     return replay(implementation, *args)
 
 
-def warm_up(server_args: Any, requests: list[Request], chunk: int, names: list[str], hicache: bool) -> None:
+def warm_up(
+    server_args: Any, requests: list[Request], chunk: int, names: list[str], hicache: bool, window: int | None = None
+) -> None:
     """Each cache once per mode its cells use, untimed: the process's first touch of fresh memory
     lands on nobody's clock (unbounded, EAGLE off and on, without HiCache; the largest HiCache
-    capacity, EAGLE off as in its cells, with it)."""
-    capacity = CAPACITIES["1M"] if hicache else sum(len(prompt) + len(output) for prompt, output in requests) + 1
+    capacity, EAGLE off as in its cells, with it; the largest hybrid one, EAGLE off and on)."""
+    capacity = sum(len(prompt) + len(output) for prompt, output in requests) + 1
+    if hicache or window is not None:
+        capacity = CAPACITIES["1M"]
     for name in names:
         gc.collect()
         for eagle in (False,) if hicache else (False, True):
-            run_one(name, server_args, requests, eagle, capacity, chunk, hicache)[-1].clear()
+            run_one(name, server_args, requests, eagle, capacity, chunk, hicache, window)[-1].clear()
 
 
 def measure(
@@ -336,17 +374,18 @@ def measure(
     capacity_name: str,
     write_policy: str | None = None,
     floor_stream: list | None = None,
+    window: int | None = None,
 ) -> dict:
-    """One cell: every cache in turn, in rotating order each round; ``write_policy`` turns HiCache on.
-    With ``floor_stream`` (each request's prompt, its tokens, its KV slots) the memory floor is
-    timed after each round, as bench-anchor times it."""
+    """One cell: every cache in turn, in rotating order each round; ``write_policy`` turns HiCache on,
+    ``window`` makes the model a hybrid one. With ``floor_stream`` (each request's prompt, its tokens,
+    its KV slots) the memory floor is timed after each round, as bench-anchor times it."""
     hicache = write_policy is not None
     slots = CAPACITIES[capacity_name] or sum(len(prompt) + len(output) for prompt, output in requests) + 1
     floor: list[float] = []
 
     def one(name: str) -> harness.Replay:
         seconds, inside, in_core, matched, methods, held = run_one(
-            name, server_args, requests, eagle, slots, chunk, hicache
+            name, server_args, requests, eagle, slots, chunk, hicache, window
         )
         clocks = {"seconds": sum(inside) / len(inside), "path": sum(seconds) / len(seconds)}
         if in_core:
@@ -367,6 +406,7 @@ def measure(
         "eagle": eagle,
         "capacity": capacity_name,
         "hicache": write_policy,
+        "hybrid_window": window,
         "same_prefix_lengths": harness.same_answers(runs, BASELINE),
         "hit_rate": sum(device + loaded for device, loaded in matched_by[BASELINE]) / prompt_tokens,
         "host_hit_rate": sum(loaded for _, loaded in matched_by[BASELINE]) / prompt_tokens,
@@ -402,6 +442,8 @@ def measure(
 
 def cell_name(cell: dict) -> str:
     mode = "EAGLE" if cell["eagle"] else "plain"
+    if cell.get("hybrid_window"):
+        mode = f"hybrid (window {cell['hybrid_window']}), {mode}"
     return f"{mode}, {cell['capacity']}" + (f", HiCache {cell['hicache']}" if cell["hicache"] else "")
 
 
@@ -432,7 +474,9 @@ def verdicts(cells: list[dict]) -> list[tuple[str, bool]]:
         where = cell_name(cell)
         found.append((f"{where}: same prefix length for every request", cell["same_prefix_lengths"]))
         results = cell["implementations"]
-        targets = {"radix native": HICACHE_TARGET} if cell["hicache"] else TARGETS
+        targets = TARGETS
+        if cell["hicache"] or cell.get("hybrid_window"):
+            targets = {"radix native": HYBRID_TARGET if cell.get("hybrid_window") else HICACHE_TARGET}
         for name, minimum in targets.items():
             if minimum is not None:
                 got = results[name]["speedup"]
@@ -470,19 +514,32 @@ def start(args: Any) -> list[Request] | None:
 def main() -> int:
     parser = arguments(__doc__)
     parser.add_argument("--kv-events", action="store_true", help="also run the default and radix native with events")
+    parser.add_argument("--hybrid-window", type=int, help="a hybrid sliding-window model's caches, this window")
     args = parser.parse_args()
     names = list(IMPLEMENTATIONS) + (EVENT_RUNS if args.kv_events else [])
+    window = args.hybrid_window
+    if window is not None:
+        names = HYBRID_IMPLEMENTATIONS
     requests = start(args)
     if requests is None:
         return 1
-    floor_stream = arrays(requests)  # each request's prompt, its tokens and its KV slots, as bench-anchor's
+    floor_stream = arrays(requests) if window is None else None  # each request's prompt, tokens, KV slots
     cells = []
     with harness.frozen_heap(), sh.published_server_args() as server_args:
-        warm_up(server_args, requests, args.chunk, names, hicache=False)
+        warm_up(server_args, requests, args.chunk, names, hicache=False, window=window)
         for eagle in (False, True):
-            for capacity_name in CAPACITIES:
+            for capacity_name in HYBRID_CAPACITIES if window is not None else CAPACITIES:
                 cell = measure(
-                    server_args, requests, args.rounds, args.chunk, names, eagle, capacity_name, None, floor_stream
+                    server_args,
+                    requests,
+                    args.rounds,
+                    args.chunk,
+                    names,
+                    eagle,
+                    capacity_name,
+                    None,
+                    floor_stream,
+                    window,
                 )
                 cells.append(cell)
     print()

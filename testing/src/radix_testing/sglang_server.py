@@ -67,6 +67,16 @@ PURE_SWA_CONFIG = {
         kind: {"rope_type": "default", "rope_theta": 10000.0} for kind in ("full_attention", "sliding_attention")
     },
 }
+# The same with one full-attention layer beside the sliding-window one: a hybrid model, cached in
+# two pools (full and SWA). Its attention must read SWA layers through the full-to-SWA index map,
+# which SGLang's intel_amx backend does (torch_native reads them at full-pool indices).
+HYBRID_SWA_CONFIG = {**PURE_SWA_CONFIG, "layer_types": ["sliding_attention", "full_attention"]}
+MODELS = {
+    "llama": TARGET_CONFIG,
+    "eagle-draft": EAGLE_DRAFT_CONFIG,
+    "pure-swa": PURE_SWA_CONFIG,
+    "hybrid-swa": HYBRID_SWA_CONFIG,
+}
 # SGLang's model modules that define those architectures.
 TEST_MODEL_MODULES = ("llama", "llama_eagle", "mellum")
 
@@ -80,16 +90,14 @@ def unused_model_modules() -> str:
     return ",".join(sorted(name for _, name, package in modules if not package and name not in TEST_MODEL_MODULES))
 
 
-def write_models(directory: Path) -> tuple[Path, Path, Path]:
-    """The directories (a config.json each) of the target model, its EAGLE draft and the pure-SWA
-    model, under ``directory``."""
-    paths = []
-    for name, config in (("target", TARGET_CONFIG), ("eagle-draft", EAGLE_DRAFT_CONFIG), ("pure-swa", PURE_SWA_CONFIG)):
-        path = directory / name
+def write_models(directory: Path) -> dict[str, Path]:
+    """The directories (a config.json each) of the test models (MODELS), by name, under ``directory``."""
+    paths = {}
+    for name, config in MODELS.items():
+        path = paths[name] = directory / name
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text(json.dumps(config, indent=1))
-        paths.append(path)
-    return paths[0], paths[1], paths[2]
+    return paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +106,7 @@ class ServerConfig:
     ``radix-native`` / ``radix-python`` = --radix-cache-backend radix on that radix-core backend)."""
 
     cache: str
-    model: str = "llama"  # or "pure-swa" (PURE_SWA_CONFIG; page 1, as SGLang's pure-SWA allocator takes)
+    model: str = "llama"  # or "pure-swa" (page 1, as SGLang's pure-SWA allocator takes), "hybrid-swa" (MODELS)
     page_size: int = 1
     max_total_tokens: int = 8192
     chunked_prefill_size: int | None = None
@@ -124,17 +132,19 @@ class ServerConfig:
         model = "" if self.model == "llama" else f"-{self.model}"
         return f"{self.cache}{tree}{model}-page{self.page_size}{spec}{hicache}{spawned}"
 
-    def arguments(self, target: Path, draft: Path, pure_swa: Path, port: int) -> list[str]:
+    def arguments(self, models: dict[str, Path], port: int) -> list[str]:
         """The launcher's arguments. intel_amx is the CPU attention backend with an EAGLE draft
-        backend, kept by ``--fake-amx`` (see sglang_server_shims); plain serving uses torch_native."""
-        arguments = ["--fake-amx"] if self.speculative else []
+        backend and the one that reads a hybrid model's SWA layers through their own pool, kept by
+        ``--fake-amx`` (see sglang_server_shims); plain serving uses torch_native."""
+        amx = bool(self.speculative) or self.model == "hybrid-swa"
+        arguments = ["--fake-amx"] if amx else []
         arguments += [] if self.spawn else ["--fork"]
         arguments += [
-            *["--model-path", str(pure_swa if self.model == "pure-swa" else target)],
+            *["--model-path", str(models[self.model])],
             *["--load-format", "dummy", "--device", "cpu"],
             *["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--dtype", "float32"],
             *["--grammar-backend", "none", "--host", "127.0.0.1", "--port", str(port)],
-            *["--attention-backend", "intel_amx" if self.speculative else "torch_native"],
+            *["--attention-backend", "intel_amx" if amx else "torch_native"],
             *["--max-total-tokens", str(self.max_total_tokens), "--page-size", str(self.page_size)],
             *["--max-running-requests", str(self.max_running_requests)],
             *["--random-seed", "0", "--sleep-on-idle", "--disable-cuda-graph"],
@@ -146,7 +156,7 @@ class ServerConfig:
         elif self.cache.startswith("radix-"):
             arguments += ["--radix-cache-backend", "radix"]
         if self.speculative:
-            draft_model = draft if self.speculative == "EAGLE" else target  # STANDALONE: its own draft
+            draft_model = models["eagle-draft" if self.speculative == "EAGLE" else self.model]  # STANDALONE: its own
             arguments += ["--speculative-algorithm", self.speculative]
             arguments += [
                 "--speculative-draft-model-path",
@@ -171,7 +181,7 @@ class ServerConfig:
             "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1",  # a KV leak at idle is an error
             **dict(self.env),
         }
-        if self.model == "pure-swa":  # outputs that depend on the whole window (sglang_server_shims)
+        if self.model != "llama":  # outputs that depend on the whole window (sglang_server_shims)
             env["RADIX_TEST_DUMMY_WEIGHT_RANGE"] = "0.3"
         env.pop("RADIX_CORE_TREE", None)
         if self.cache.startswith("radix-"):
@@ -182,9 +192,10 @@ class ServerConfig:
 
     @property
     def radix_core_tree(self) -> str:
-        """The tree a radix server's RadixCache must run on: radix-native's unless told otherwise,
-        which only the native backend has."""
-        return "python" if self.cache == "radix-python" or self.tree == "python" else "native"
+        """The tree a radix server's cache must run on: radix-native's unless told otherwise, which
+        only the native backend has (a hybrid model's windowed tree has a Python store only)."""
+        python = self.cache == "radix-python" or self.tree == "python" or self.model == "hybrid-swa"
+        return "python" if python else "native"
 
 
 class ServerFailed(RuntimeError):
@@ -200,7 +211,7 @@ def free_port() -> int:
 class Server:
     """A running server: ``with Server(config, models, log) as server: server.generate(...)``."""
 
-    def __init__(self, config: ServerConfig, models: tuple[Path, Path, Path], log: Path):
+    def __init__(self, config: ServerConfig, models: dict[str, Path], log: Path):
         self.config = config
         self.models = models
         self.log = log
@@ -215,7 +226,7 @@ class Server:
             return self
         self.log.unlink(missing_ok=True)  # never read a previous run's "fired up"
         self.port = free_port()
-        command = [sys.executable, str(SITE / "launch_sglang.py"), *self.config.arguments(*self.models, self.port)]
+        command = [sys.executable, str(SITE / "launch_sglang.py"), *self.config.arguments(self.models, self.port)]
         env = self.config.environment()
         with self.log.open("wb") as out:
             # A group of its own: the kill of last resort in stop() must not reach this process.

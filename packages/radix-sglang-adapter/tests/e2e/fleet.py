@@ -32,9 +32,13 @@ DROPPED_NEW_TOKENS = 1000  # asking for more tokens than it can produce before S
 ABORTED = "sglang:num_aborted_requests_total"
 LOADED_BACK = "sglang:load_back_tokens_total"  # HiCache: tokens copied back from the host tier
 HICACHE = "--enable-hierarchical-cache"
-# The cache SGLang builds for each test model, by default and with --radix-cache-backend radix.
-DEFAULT_CACHE = {"llama": "UnifiedRadixCache", "pure-swa": "PureSWARadixCache"}
-RADIX_CACHE = {"llama": "RadixCoreCache", "pure-swa": "RadixCorePureSWACache"}
+# The cache (and TreeCore) SGLang builds for each test model, by default and with --radix-cache-backend radix.
+DEFAULT_CACHE = {"llama": "UnifiedRadixCache", "pure-swa": "PureSWARadixCache", "hybrid-swa": "UnifiedRadixCache"}
+RADIX_CACHE = {
+    "llama": ("RadixCoreCache", None),
+    "pure-swa": ("RadixCorePureSWACache", None),
+    "hybrid-swa": ("UnifiedRadixCache", "RadixTreeCore"),
+}
 
 
 @dataclasses.dataclass
@@ -118,11 +122,11 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
     if config.cache.startswith("radix-"):
         if hicache and (impl, tree_core(served.log)) != hicache_route(config):
             found.append(f"SGLang built {impl} (TreeCore {tree_core(served.log)}), not {hicache_route(config)}")
-        elif not hicache and impl != RADIX_CACHE[config.model]:
-            found.append(f"SGLang built {impl}, not {RADIX_CACHE[config.model]}")
+        elif not hicache and (impl, tree_core(served.log)) != RADIX_CACHE[config.model]:
+            found.append(f"SGLang built {impl} (TreeCore {tree_core(served.log)}), not {RADIX_CACHE[config.model]}")
         elif not hicache and radix_core_tree(served.log) != config.radix_core_tree:
             found.append(
-                f"radix-core's RadixCache ran on the {radix_core_tree(served.log)} tree, not {config.radix_core_tree}"
+                f"radix-core's cache ran on the {radix_core_tree(served.log)} tree, not {config.radix_core_tree}"
             )
         expected_backend = config.cache.removeprefix("radix-")
         if radix_core_backend(served.log) != expected_backend:

@@ -43,6 +43,21 @@ PURE_SWA = ServerConfig(
     flags=("--enable-metrics",),
     env=RETRACT_OFTEN + WINDOWS_SLIDE,
 )
+# A hybrid model (a full-attention and a sliding-window layer), its SWA pool half the full one,
+# at page 1 and 16, under the same load: radix serves it on UnifiedRadixCache over its TreeCore.
+HYBRID_SWA = [
+    ServerConfig(
+        cache,
+        model="hybrid-swa",
+        page_size=page_size,
+        max_total_tokens=1024,
+        chunked_prefill_size=64,
+        flags=("--enable-metrics", "--swa-full-tokens-ratio", "0.5"),
+        env=RETRACT_OFTEN + WINDOWS_SLIDE,
+    )
+    for page_size in (1, 16)
+    for cache in ("default", "radix-native")
+]
 
 
 def hicache(policy: str, layout: str = "layer_first") -> tuple[str, ...]:
@@ -86,6 +101,7 @@ LOADED = {
         )
     ),
     PURE_SWA,
+    *HYBRID_SWA,
 }
 CHECKED = [
     # 1. sequential chats, branches and trace prompts, page 1 (radix-core's RadixCache on
@@ -95,7 +111,7 @@ CHECKED = [
     ServerConfig("radix-native", spawn=True),
     ServerConfig("radix-native", tree="python"),
     # 2 and 4. page 16, an evicting pool, chunked prefill; then 32 clients, retraction, aborts, flush
-    *sorted(LOADED - {PURE_SWA}, key=lambda config: (config.cache, config.tree or "")),
+    *sorted(LOADED - {PURE_SWA, *HYBRID_SWA}, key=lambda config: (config.cache, config.tree or "")),
     # 3. speculative decoding: EAGLE (bigram keys) at page 1 and 16, STANDALONE (drafts accepted)
     ServerConfig("default", speculative="EAGLE"),
     ServerConfig("radix-native", speculative="EAGLE"),
@@ -110,6 +126,8 @@ CHECKED = [
     *HICACHED,
     # 7. every layer sliding-window attention: radix serves it on RadixCorePureSWACache
     PURE_SWA,
+    # 8. a hybrid sliding-window model: radix serves it on UnifiedRadixCache over its TreeCore
+    *HYBRID_SWA,
 ]
 
 
@@ -118,10 +136,11 @@ def servers_compared(config: ServerConfig) -> list[ServerConfig]:
     SGLang's default cache with the same flags (for a radix server), ``config`` itself. A pure-SWA
     server has no default twin: SGLang 0.5.23's own pure-SWA cache keys KV its windows freed, and
     with windows sliding its scheduler stops on a pool leak."""
+    reference = dataclasses.replace(REFERENCE, model=config.model)
     if config.model == "pure-swa":
-        return [dataclasses.replace(REFERENCE, model=config.model), config]
+        return [reference, config]
     default_twin = dataclasses.replace(config, cache="default", tree=None, spawn=False)
-    return [REFERENCE, *([default_twin] if config.cache != "default" else []), config]
+    return [reference, *([default_twin] if config.cache != "default" else []), config]
 
 
 class Fleet:

@@ -8,8 +8,8 @@ import either.
 
 Besides the module-level functions, importing this module registers the two attention ops the
 ``intel_amx`` attention backend calls, ``torch.ops.sgl_kernel.extend_attention_cpu`` and
-``torch.ops.sgl_kernel.decode_attention_cpu``, for plain (unquantized, full-attention, uncapped)
-models; anything else raises.
+``torch.ops.sgl_kernel.decode_attention_cpu``, for plain (unquantized, uncapped) models, full or
+sliding-window attention; anything else raises.
 """
 
 from __future__ import annotations
@@ -259,19 +259,30 @@ rotate_input_ids_cpu = _imported_but_not_implemented("rotate_input_ids_cpu")  # 
 # --- attention over the paged KV cache (torch.ops.sgl_kernel.*, used by intel_amx_backend) -----
 
 
-def _refuse_unsupported(k_buffer, key_scale, value_scale, logit_cap, is_cross_attention, sliding_window_size, sinks):
+def _refuse_unsupported(
+    k_buffer, key_scale, value_scale, logit_cap, is_cross_attention, sliding_window_size, sinks, tree_mask=None
+):
     """Raise for every attention feature these plain ops do not compute."""
     unsupported = {
         "a quantized KV cache": k_buffer.dtype not in (torch.float32, torch.float16, torch.bfloat16),
         "KV scales": key_scale != 1.0 or value_scale != 1.0,
         "logit capping": logit_cap > 0,
         "cross attention": is_cross_attention,
-        "sliding-window attention": sliding_window_size > 0,
+        "sliding-window attention with a tree mask": sliding_window_size > 0 and tree_mask is not None,
         "attention sinks": sinks is not None,
     }
     for feature, used in unsupported.items():
         if used:
             raise NotImplementedError(f"the sgl_kernel stand-in's attention does not support {feature}")
+
+
+def _window_start(position: int, window: int) -> int:
+    """The first key a query at ``position`` sees: ``window`` keys, itself included, when
+    ``window > 0`` (intel_amx passes ``layer.sliding_window_size + 1``, the model's window); all
+    earlier keys otherwise. SGLang's Triton extend kernel keeps key ``k`` for query ``q`` when
+    ``q <= k + layer.sliding_window_size`` (kernels/ops/attention/extend_attention.py:564-569),
+    torch_native when ``k >= q - layer.sliding_window_size`` (torch_native_backend.py:48)."""
+    return max(position - window + 1, 0) if window > 0 else 0
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible, sm_scale: float) -> torch.Tensor:
@@ -318,28 +329,42 @@ def extend_attention_cpu(
     through its ``req_to_token`` row) then the new tokens (``k_extend``/``v_extend``, or the cache
     when those are None). Among the new tokens a query sees the earlier ones and itself when
     causal, those its ``tree_mask`` rows allow (qlen x qlen per request, requests one after
-    another) when given, all otherwise. Writes ``o``."""
+    another) when given, all otherwise. With ``sliding_window_size > 0`` (causal only) a query
+    sees no key before its window (``_window_start``). Writes ``o``."""
     del max_extend_len, encoder_lens  # a launch bound, and cross attention's only input
-    _refuse_unsupported(k_buffer, key_scale, value_scale, logit_cap, is_cross_attention, sliding_window_size, sinks)
+    _refuse_unsupported(
+        k_buffer, key_scale, value_scale, logit_cap, is_cross_attention, sliding_window_size, sinks, tree_mask
+    )
+    if sliding_window_size > 0 and not is_causal:
+        raise NotImplementedError("the sgl_kernel stand-in's attention does not support a non-causal window")
     row_shape = k_buffer.shape[1:]
     mask_start = 0
     for row, seq_len, new, start in zip(
         req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist()
     ):
         prefix = seq_len - new
-        locs = req_to_token[row, :seq_len]
+        # Only the keys some query sees are read: with a window, the prefix's slots before the
+        # first query's window may have been freed (SGLang's SWA eviction).
+        first = _window_start(prefix, sliding_window_size)
+        locs = req_to_token[row, first:seq_len]
         keys, values = k_buffer[locs], v_buffer[locs]  # copies: the cache is not written
         if k_extend is not None:
-            keys[prefix:] = k_extend[start : start + new].reshape(new, *row_shape)
-            values[prefix:] = v_extend[start : start + new].reshape(new, *v_buffer.shape[1:])
+            keys[prefix - first :] = k_extend[start : start + new].reshape(new, *row_shape)
+            values[prefix - first :] = v_extend[start : start + new].reshape(new, *v_buffer.shape[1:])
         visible = None
         if tree_mask is not None or is_causal:
-            visible = torch.ones((new, seq_len), dtype=torch.bool, device=q.device)
+            visible = torch.ones((new, seq_len - first), dtype=torch.bool, device=q.device)
             if tree_mask is not None:
-                visible[:, prefix:] = tree_mask[mask_start : mask_start + new * new].view(new, new).bool()
+                visible[:, prefix - first :] = tree_mask[mask_start : mask_start + new * new].view(new, new).bool()
                 mask_start += new * new
             else:
-                visible[:, prefix:] = torch.ones((new, new), dtype=torch.bool, device=q.device).tril()
+                visible[:, prefix - first :] = torch.ones((new, new), dtype=torch.bool, device=q.device).tril()
+            if sliding_window_size > 0:  # query i (position prefix + i) sees keys from its window's start
+                key_positions = torch.arange(first, seq_len, device=q.device)
+                query_starts = torch.tensor(
+                    [_window_start(prefix + i, sliding_window_size) for i in range(new)], device=q.device
+                )
+                visible &= key_positions[None, :] >= query_starts[:, None]
         o[start : start + new] = _attend(q[start : start + new], keys, values, visible, sm_scale)
 
 
@@ -369,15 +394,16 @@ def decode_attention_cpu(
 ) -> None:
     """Decode attention: first the new tokens' ``k``/``v`` (when given) go into the cache at
     ``cache_loc``; then query i (one per row of ``q``) attends to all ``seq_lens[i]`` tokens of
-    row ``req_pool_indices[i]`` of ``req_to_token``. Writes ``o``; ``attn_logits`` is the kernel's
-    scratch space and is left alone."""
+    row ``req_pool_indices[i]`` of ``req_to_token`` (with ``sliding_window_size > 0``, only the last
+    that many, see ``_window_start``). Writes ``o``; ``attn_logits`` is the kernel's scratch space
+    and is left alone."""
     del attn_logits, encoder_lens
     _refuse_unsupported(k_buffer, key_scale, value_scale, logit_cap, is_cross_attention, sliding_window_size, sinks)
     if k is not None:
         k_buffer[cache_loc] = k.reshape(-1, *k_buffer.shape[1:]).to(k_buffer.dtype)
         v_buffer[cache_loc] = v.reshape(-1, *v_buffer.shape[1:]).to(v_buffer.dtype)
     for i, (row, seq_len) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
-        locs = req_to_token[row, :seq_len]
+        locs = req_to_token[row, _window_start(seq_len - 1, sliding_window_size) : seq_len]
         o[i : i + 1] = _attend(q[i : i + 1], k_buffer[locs], v_buffer[locs], None, sm_scale)
 
 
