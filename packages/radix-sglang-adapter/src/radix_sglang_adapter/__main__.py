@@ -14,14 +14,21 @@ import logging
 import sys
 
 from ._activation import activate
-from ._settings import AdapterError
+from ._settings import DISABLE_ENV, AdapterError, boolean_env
 from .backend import REGISTRY_MODULE
 from .patching import BINDING_MODULES
 
 
 def doctor() -> int:
     import_errors = []
-    for module in (*BINDING_MODULES, REGISTRY_MODULE):  # what a serving process imports, so bindings show
+    try:
+        switched_on = not boolean_env(DISABLE_ENV)
+    except AdapterError:
+        switched_on = False  # activation refuses and says why
+    # What a serving process imports, so that bindings show; switched off (or refused), nothing
+    # binds, and the answer needs no SGLang import.
+    modules = (*BINDING_MODULES, REGISTRY_MODULE) if switched_on else ()
+    for module in modules:
         try:
             importlib.import_module(module)
         except Exception as exc:

@@ -69,10 +69,7 @@ def hicache(policy: str, layout: str = "layer_first") -> tuple[str, ...]:
 
 
 HICACHED = [
-    *(
-        ServerConfig(cache, **EVICTING, flags=hicache("write_through"))
-        for cache in ("default", "radix-native", "radix-python")
-    ),
+    *(ServerConfig(cache, **EVICTING, flags=hicache("write_through")) for cache in ("default", "radix-native")),
     *(
         ServerConfig(cache, **EVICTING, flags=hicache("write_back", "page_first"))
         for cache in ("default", "radix-native")
@@ -87,7 +84,7 @@ HICACHED = [
     ),
     *(
         ServerConfig(cache, **EVICTING, speculative="EAGLE", flags=hicache("write_through"))
-        for cache in ("default", "radix-native", "radix-python")
+        for cache in ("default", "radix-native")
     ),
 ]
 LOADED = {
@@ -117,7 +114,6 @@ CHECKED = [
     ServerConfig("radix-native", speculative="EAGLE"),
     ServerConfig("default", page_size=16, speculative="EAGLE"),
     ServerConfig("radix-native", page_size=16, speculative="EAGLE"),
-    ServerConfig("radix-python", page_size=16, speculative="EAGLE"),
     ServerConfig("default", speculative="STANDALONE"),
     ServerConfig("radix-native", speculative="STANDALONE"),
     # 6. HiCache (a host tier under an evicting device pool): write policies, layouts, page 1 and
