@@ -39,9 +39,8 @@ from radix_sglang_adapter.backend.cache import (  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from radix_testing.backends import device_path  # noqa: E402
 from radix_testing.kv_event_router import Router, cached_blocks  # noqa: E402
-from radix_testing.request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
+from radix_testing.request_streams import MAX_LIVE, SEGMENTS, namespaces, play, prompts  # noqa: E402
 
-namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")])
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("arrive"), prompts, st.sampled_from([8, 16, 40, 1000]), namespaces, st.integers(0, 2)),

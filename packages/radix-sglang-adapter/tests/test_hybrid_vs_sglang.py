@@ -3,13 +3,13 @@
 SGLang 0.5.23 caches a model with full-attention and sliding-window (SWA) layers in its
 UnifiedRadixCache with FULL and SWA components, on its Rust TreeCore by default (its Python one
 otherwise); ``--radix-cache-backend radix`` runs the same UnifiedRadixCache on RadixTreeCore over
-radix-core's WindowedRadixCache. The same random streams (arrivals with shared prefixes, chunked
-prefill with checkpoints, decoding with the window freeing KV behind each request, early releases
-of a prefill's window lock, finishing, aborts, explicit FULL and SWA evictions, flushes) run on two
-CPU "servers" with SGLang's SWA pools, the SWA pool smaller than the full one so that window values
-are tombstoned and evicted. After every step both must agree on each arrival's prefix, every live
-request's KV row and how far its window has freed, both allocators' free slots (in order), the
-full-to-SWA index mapping, and the sizes of both components.
+radix-core's WindowedRadixCache. The same random streams (arrivals with shared prefixes, extra keys,
+salts and priorities, chunked prefill with checkpoints, decoding with the window freeing KV behind
+each request, early releases of a prefill's window lock, finishing, aborts, explicit FULL and SWA
+evictions, flushes) run on two CPU "servers" with SGLang's SWA pools, the SWA pool smaller than
+the full one so that window values are tombstoned and evicted. After every step both must agree on
+each arrival's prefix, every live request's KV row and how far its window has freed, both
+allocators' free slots (in order), the full-to-SWA index mapping, and the sizes of both components.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from radix_sglang_adapter.backend.factory import build_cache  # noqa: E402
 from radix_sglang_adapter.backend.tree_core import RadixTreeCore  # noqa: E402
 from radix_testing import scheduler_harness as sh  # noqa: E402  (SGLang 0.5.22+ modules)
 from radix_testing.backend_fixtures import python_store_only  # noqa: E402
-from radix_testing.request_streams import MAX_LIVE, SEGMENTS, play, prompts  # noqa: E402
+from radix_testing.request_streams import MAX_LIVE, SEGMENTS, namespaces, play, prompts  # noqa: E402
 
 pytestmark = python_store_only
 SWA = ComponentType.SWA
@@ -43,7 +43,7 @@ SWA_SLOTS = 224  # less than the full pool: the window's LRU evicts before full 
 
 operations = st.lists(
     st.one_of(
-        st.tuples(st.just("arrive"), prompts, st.sampled_from([8, 16, 40, 1000])),
+        st.tuples(st.just("arrive"), prompts, st.sampled_from([8, 16, 40, 1000]), namespaces, st.integers(0, 2)),
         st.tuples(st.just("step"), st.integers(0, 9), st.integers(0, 9)),
         st.tuples(st.just("step"), st.integers(0, 9), st.integers(0, 9)),
         st.tuples(st.just("step"), st.integers(0, 9), st.integers(0, 9)),
@@ -120,8 +120,8 @@ def run_both(ops: list[tuple], server_args: Any, core: str, page_size: int, wind
         elif name != "arrive":
             play(servers, live, name, args, where)
         elif len(live) < MAX_LIVE:
-            prompt, chunk = args
-            pair = [server.arrive(prompt, chunk) for server in servers]
+            prompt, chunk, (extra_key, salt), priority = args
+            pair = [server.arrive(prompt, chunk, extra_key, salt, priority) for server in servers]
             assert pair[0].prefix_len == pair[1].prefix_len, where
             seen["matched"] += pair[0].prefix_len
             live.append(tuple(pair))
@@ -163,7 +163,7 @@ def busy_stream() -> list[tuple]:
     ops: list[tuple] = []
     for turn in range(60):
         prompt = SEGMENTS[turn % 3] + SEGMENTS[2 + turn % 5] + [100 + turn] * 20
-        ops.append(("arrive", prompt, 16))
+        ops.append(("arrive", prompt, 16, (None, None), 0))
         ops += [("step", turn, turn % 10)] * 12
         ops.append(("finish" if turn % 5 else "abort", turn))
         if turn % 7 == 6:

@@ -10,6 +10,8 @@ SEGMENTS = [[0] * 17, [1, 2] * 9, list(range(3, 40)), [4] * 5, [5, 6, 7], [8] * 
 prompts = st.tuples(
     st.lists(st.sampled_from(range(len(SEGMENTS))), min_size=1, max_size=3), st.lists(st.integers(0, 9), max_size=8)
 ).map(lambda parts: [t for i in parts[0] for t in SEGMENTS[i]] + parts[1])
+# The namespaces of arrivals: (extra_key, cache_salt), an empty salt being none.
+namespaces = st.sampled_from([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")])
 MAX_LIVE = 3  # prompts <= 130 tokens plus a few outputs: never more than the pool can hold locked
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, cast
 
 from .key import RadixKey
-from .python_tree import KeyLike, TreeNode, _stored, descend
+from .python_tree import KeyLike, PythonTree, TreeNode, _stored, descend
 from .tiers import TieredNode, TieredRadixCache
 from .values import value_kind_of
 
@@ -523,6 +523,14 @@ class WindowedRadixCache(TieredRadixCache):
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:
         return super()._is_evictable_leaf(node) and not self.window_lock_ref(node)
+
+    # No host tier: the device tier's bookkeeping alone.
+
+    def _reprioritize(self, node: TreeNode) -> None:
+        PythonTree._reprioritize(self, node)
+
+    def _cut_values(self, upper: TreeNode, lower: TreeNode, at: int) -> None:
+        PythonTree._cut_values(self, upper, lower, at)
 
 
 def _publishes(actions: list[Any], since: int) -> bool:
