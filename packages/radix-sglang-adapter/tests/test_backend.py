@@ -143,11 +143,6 @@ def test_a_hybrid_sliding_window_model_gets_unified_radix_cache_on_radix_cores_t
     assert isinstance(core.tree, WindowedRadixCache) and core.tree.window == 20, "the draft's window is the wider"
     assert (core.tree.page_size, core.tree.is_eagle) == (16, True)
     assert "hybrid sliding-window model (window 8), its TreeCore runs on radix-core" in caplog.text
-    for field, named in [("enable_kv_cache_events", "--kv-events-config with a hybrid sliding-window")]:
-        refused_params = sh.cache_params(pool, allocator, 16, False, "lru", sliding_window_size=8, **{field: True})
-        refused = sh.build_context(server_args, refused_params, is_hybrid_swa=True, full_tokens_per_layer=256)
-        with pytest.raises(ValueError, match=named):
-            create_tree_cache(refused)
 
 
 @needs_backend
@@ -190,7 +185,7 @@ def test_what_radix_core_cannot_do_with_hicache_is_refused_naming_the_option(opt
 @pytest.mark.parametrize(
     ("components", "settings", "named"),
     [
-        (("FULL", "SWA"), {"enable_kv_cache_events": True}, "--kv-events-config with a hybrid sliding-window"),
+        (("FULL", "SWA"), {"enable_session_radix_cache": True}, "--enable-session-radix-cache"),
         (("FULL", "MAMBA"), {}, "mamba"),
         (("FULL",), {"enable_session_radix_cache": True}, "--enable-session-radix-cache"),
         (("FULL",), {"enable_kv_cache_events": True}, "--kv-events-config with SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"),

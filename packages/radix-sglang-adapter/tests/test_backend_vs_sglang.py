@@ -12,7 +12,6 @@ the evictable, protected and total sizes (and SWA's), and the KV cache events ea
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -26,7 +25,6 @@ if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
 from sglang.srt.disaggregation.kv_events import KVEventBatch  # noqa: E402
-from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
 from sglang.srt.mem_cache.pure_swa_radix_cache import PureSWARadixCache  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
@@ -60,18 +58,6 @@ operations = st.lists(
 def server_args():
     with sh.published_server_args() as args:
         yield args
-
-
-def event_params(event_format: str) -> dict[str, Any]:
-    """SGLang's cache params under ``--kv-events-config`` in ``event_format`` ("default" or "dynamo"),
-    with a LoRA name for the "lora-a" namespace, so that the default format scopes its hashes too."""
-    names = KvEventLoraNames()
-    names.register(SimpleNamespace(lora_id="a" * 32, extra_key="lora-a"), "adapter-a")
-    return {
-        "enable_kv_cache_events": True,
-        "dynamo_kv_event_format": event_format == "dynamo",
-        "kv_event_lora_names": names,
-    }
 
 
 def busy_stream(namespaces: list[tuple], flush_every: int | None = None) -> list[tuple]:
@@ -190,7 +176,7 @@ def test_on_the_device_path_request_streams_give_the_same_answers(native_tree, t
     @given(ops=operations)
     def check(ops):
         with device_path():
-            found = run_both(ops, page_size, is_eagle, "lru", watch=on_the_device_path, **event_params("default"))
+            found = run_both(ops, page_size, is_eagle, "lru", watch=on_the_device_path, **sh.event_params("default"))
         seen["matched"] += found["matched"]
         seen["evicted"] += found["evicted"]
 
@@ -213,7 +199,7 @@ def test_kv_events_are_sglangs_step_by_step(backend_name, ticking_clock, page_si
     @settings(max_examples=25)
     @given(ops=operations)
     def check(ops):
-        run_both(ops, page_size, is_eagle, "lru", **event_params(event_format))
+        run_both(ops, page_size, is_eagle, "lru", **sh.event_params(event_format))
 
     check()
 
@@ -224,7 +210,7 @@ def test_kv_events_are_sglangs_step_by_step(backend_name, ticking_clock, page_si
 def test_a_busy_stream_shares_prefixes_and_evicts(backend_name, ticking_clock, page_size, is_eagle, event_format):
     """A long fixed stream, so that the random ones above are known to reach sharing and eviction."""
     ops = busy_stream([(None, None)] * 3 + [("lora-a", None)])
-    seen = run_both(ops, page_size, is_eagle, "lru", **(event_params(event_format) if event_format else {}))
+    seen = run_both(ops, page_size, is_eagle, "lru", **(sh.event_params(event_format) if event_format else {}))
     assert seen["matched"] > 300, "prompts were served from the cache"
     assert seen["evicted"] > 300, "the pool ran short and the tree gave KV back"
     assert (seen["events"] > 100) == bool(event_format), "events are recorded only when enabled"
@@ -243,7 +229,7 @@ def test_a_router_rebuilds_the_cache_from_its_events_alone(backend_name, ticking
         assert router.blocks == cached_blocks(server.cache.tree, page_size)
 
     ops = busy_stream([(None, None), ("lora-a", None), (None, "salt-1"), ("lora-a", "salt-1"), ("lora-b", "")], 20)
-    seen = run_both(ops, page_size, is_eagle, "lru", watch, **event_params("dynamo"))
+    seen = run_both(ops, page_size, is_eagle, "lru", watch, **sh.event_params("dynamo"))
     assert seen["evicted"] > 300 and seen["events"] > 100
 
 
@@ -315,7 +301,7 @@ def test_a_busy_pure_sliding_window_stream_shares_evicts_and_slides(
         slid.extend(req.kv.get_evicted_seqlen(ComponentType.SWA) for req in server.live.values())
 
     ops = busy_stream([(None, None)] * 3 + [("lora-a", None)])
-    params = event_params(event_format) if event_format else {}
+    params = sh.event_params(event_format) if event_format else {}
     seen = run_both(
         ops, 1, is_eagle, "lru", window_frees, PURE_SWA, sliding_window=4, prefill_aware_swa=prefill_aware, **params
     )

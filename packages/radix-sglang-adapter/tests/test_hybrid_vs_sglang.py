@@ -9,11 +9,13 @@ each request, early releases of a prefill's window lock, finishing, aborts, expl
 evictions, flushes) run on two CPU "servers" with SGLang's SWA pools, the SWA pool smaller than
 the full one so that window values are tombstoned and evicted. After every step both must agree on
 each arrival's prefix, every live request's KV row and how far its window has freed, both
-allocators' free slots (in order), the full-to-SWA index mapping, and the sizes of both components.
+allocators' free slots (in order), the full-to-SWA index mapping, the sizes of both components,
+and the KV cache events each recorded (both of SGLang's formats).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ if not sg.HAS_CHECKPOINT:
     pytest.skip("the backend serves SGLang 0.5.22+ (tested on 0.5.23)", allow_module_level=True)
 
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: E402
+from sglang.srt.mem_cache.events import KVCacheEventRecorder  # noqa: E402
 from sglang.srt.mem_cache.registry import create_tree_cache  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 
@@ -101,6 +104,15 @@ def pool_state(server: sh.Server) -> tuple:
     )
 
 
+def coalesced(events: list) -> list:
+    """``events`` as SGLang's recorder queues them (consecutive removals, and stores along one chain,
+    merged): its Rust TreeCore hands them over unmerged."""
+    recorder = KVCacheEventRecorder(enabled=True, page_size=1)
+    for event in copy.deepcopy(events):
+        recorder.enqueue(event)
+    return recorder.take()
+
+
 def run_both(ops: list[tuple], server_args: Any, core: str, page_size: int, window: int, **params: Any) -> dict:
     """Replays ``ops`` on SGLang's cache and the backend's, comparing them after every step;
     returns how much sharing, eviction of each component and window freeing the stream reached."""
@@ -110,7 +122,7 @@ def run_both(ops: list[tuple], server_args: Any, core: str, page_size: int, wind
     ]
     theirs, ours = servers
     live: list[tuple] = []
-    seen = {"matched": 0, "evicted": 0, "window_evicted": 0, "slid": 0}
+    seen = {"matched": 0, "evicted": 0, "window_evicted": 0, "slid": 0, "events": 0}
     for step, (name, *args) in enumerate(ops):
         where = f"step {step}: {name}{tuple(args)!r}"
         cached = theirs.cache.total_size()
@@ -125,6 +137,9 @@ def run_both(ops: list[tuple], server_args: Any, core: str, page_size: int, wind
             assert pair[0].prefix_len == pair[1].prefix_len, where
             seen["matched"] += pair[0].prefix_len
             live.append(tuple(pair))
+        events = coalesced(theirs.cache.take_events())
+        assert events == coalesced(ours.cache.take_events()), where
+        seen["events"] += len(events)
         after = theirs.cache.total_size()
         seen["evicted"] += max(0, cached[0] - after[0])
         seen["window_evicted"] += max(0, cached[1] - after[1])
@@ -149,10 +164,10 @@ def test_hybrid_streams_give_the_same_answers(backend_name, server_args, core, p
     draft_window = {"draft_swa_window": window + 6} if is_eagle else {}
 
     @settings(max_examples=15)
-    @given(ops=operations, release=st.booleans())
-    def check(ops, release):
+    @given(ops=operations, release=st.booleans(), events=st.sampled_from([None, "default", "dynamo"]))
+    def check(ops, release, events):
         options = {"is_eagle": is_eagle, "release_prefill_window": release, **draft_window}
-        run_both(ops, server_args, core, page_size, window, **options)
+        run_both(ops, server_args, core, page_size, window, **options, **(sh.event_params(events) if events else {}))
 
     check()
 
@@ -172,13 +187,17 @@ def busy_stream() -> list[tuple]:
 
 
 @pytest.mark.parametrize("core", CORES)
-@pytest.mark.parametrize("release", [False, True], ids=["window-kept", "window-released"])
+@pytest.mark.parametrize(("release", "events"), [(False, None), (True, "dynamo")], ids=["kept", "released-events"])
 @pytest.mark.parametrize(("page_size", "window"), [(1, 4), (16, 16)], ids=["page1-window4", "page16-window16"])
-def test_a_busy_hybrid_stream_shares_evicts_and_slides(backend_name, server_args, core, page_size, window, release):
+def test_a_busy_hybrid_stream_shares_evicts_and_slides(
+    backend_name, server_args, core, page_size, window, release, events
+):
     """A long fixed stream, so that the random ones above are known to reach sharing, both
-    components' eviction and KV freed behind the window."""
-    seen = run_both(busy_stream(), server_args, core, page_size, window, release_prefill_window=release)
+    components' eviction, KV freed behind the window and events."""
+    options = {"release_prefill_window": release, **(sh.event_params(events) if events else {})}
+    seen = run_both(busy_stream(), server_args, core, page_size, window, **options)
     assert seen["matched"] > 300, "prompts were served from the cache"
     assert seen["evicted"] > 300, "the full pool ran short and the tree gave KV back"
     assert seen["window_evicted"] > 300, "window values were tombstoned or evicted"
     assert seen["slid"] > 0, "the window freed KV behind decoding requests"
+    assert (seen["events"] > 100) == bool(events), "events are recorded only when enabled"

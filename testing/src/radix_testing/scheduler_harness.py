@@ -19,6 +19,7 @@ import itertools
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -62,6 +63,20 @@ def cache_params(
         eviction_policy=policy,
         **fields,
     )
+
+
+def event_params(event_format: str) -> dict[str, Any]:
+    """SGLang's cache params under ``--kv-events-config`` in ``event_format`` ("default" or "dynamo"),
+    with a LoRA name for the "lora-a" namespace, so that the default format scopes its hashes too."""
+    from sglang.srt.mem_cache.events import KvEventLoraNames
+
+    names = KvEventLoraNames()
+    names.register(SimpleNamespace(lora_id="a" * 32, extra_key="lora-a"), "adapter-a")
+    return {
+        "enable_kv_cache_events": True,
+        "dynamo_kv_event_format": event_format == "dynamo",
+        "kv_event_lora_names": names,
+    }
 
 
 def build_context(server_args: Any, params: CacheInitParams, **overrides: Any) -> Any:

@@ -112,6 +112,10 @@ def hicache_route(config) -> tuple[str, str | None]:
     return "RadixCoreHiCache", None
 
 
+def cache_name(impl: str | None, core: str | None) -> str:
+    return f"{impl}" if core is None else f"{impl} over {core}"
+
+
 def disagreements(served: Served, reference: Served, default_twin: Served | None) -> list[str]:
     """Everything wrong with ``served``: log problems, the wrong cache, outputs unlike the no-cache
     server's, cached tokens unlike SGLang's default cache's (for a radix server)."""
@@ -120,10 +124,9 @@ def disagreements(served: Served, reference: Served, default_twin: Served | None
     impl = cache_impl(served.log)
     hicache = HICACHE in config.flags
     if config.cache.startswith("radix-"):
-        if hicache and (impl, tree_core(served.log)) != hicache_route(config):
-            found.append(f"SGLang built {impl} (TreeCore {tree_core(served.log)}), not {hicache_route(config)}")
-        elif not hicache and (impl, tree_core(served.log)) != RADIX_CACHE[config.model]:
-            found.append(f"SGLang built {impl} (TreeCore {tree_core(served.log)}), not {RADIX_CACHE[config.model]}")
+        built, wanted = (impl, tree_core(served.log)), hicache_route(config) if hicache else RADIX_CACHE[config.model]
+        if built != wanted:
+            found.append(f"SGLang built {cache_name(*built)}, not {cache_name(*wanted)}")
         elif not hicache and radix_core_tree(served.log) != config.radix_core_tree:
             found.append(
                 f"radix-core's cache ran on the {radix_core_tree(served.log)} tree, not {config.radix_core_tree}"

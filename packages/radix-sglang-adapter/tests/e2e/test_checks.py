@@ -60,15 +60,15 @@ def test_a_server_not_built_on_radix_core_fails() -> None:
     log = RADIX_LOG.replace("impl=RadixCoreCache", "impl=UnifiedRadixCache")
     assert check(served("radix-native", log)) == ["SGLang built UnifiedRadixCache, not RadixCoreCache"]
     assert check(served("radix-python", RADIX_LOG)) == [
-        "radix-core's RadixCache ran on the native tree, not python",
+        "radix-core's cache ran on the native tree, not python",
         "radix-core ran native, not python",
     ]
     on_python_nodes = served("radix-native", RADIX_LOG.replace("tree=native", "tree=python"))
-    assert check(on_python_nodes) == ["radix-core's RadixCache ran on the python tree, not native"]
+    assert check(on_python_nodes) == ["radix-core's cache ran on the python tree, not native"]
     told_python = dataclasses.replace(
         served("radix-native", RADIX_LOG), config=ServerConfig("radix-native", tree="python")
     )
-    assert check(told_python) == ["radix-core's RadixCache ran on the native tree, not python"]
+    assert check(told_python) == ["radix-core's cache ran on the native tree, not python"]
     wrong_default = dataclasses.replace(DEFAULT, log=RADIX_LOG)
     assert disagreements(wrong_default, REFERENCE, None) == [
         "SGLang's default cache is RadixCoreCache, not UnifiedRadixCache"

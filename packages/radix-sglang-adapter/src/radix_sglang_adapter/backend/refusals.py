@@ -73,11 +73,6 @@ REFUSALS = [
         "radix-core's tree keeps no host copies of sliding-window KV",
     ),
     Refusal(
-        lambda s: s.params.enable_kv_cache_events and {"FULL", "SWA"} <= set(s.components),
-        "--kv-events-config with a hybrid sliding-window (FULL and SWA attention) model",
-        "radix-core's TreeCore publishes no KV events yet",
-    ),
-    Refusal(
         lambda s: s.hicache and "FULL" not in s.components,
         "--enable-hierarchical-cache with a model whose every layer is sliding-window attention",
         "SGLang has no host tier for one either",
@@ -116,9 +111,9 @@ REFUSALS = [
         "radix-core's TreeCore publishes no host-tier events yet",
     ),
     Refusal(
-        lambda s: s.tree_core and s.params.enable_kv_cache_events,
-        "--kv-events-config with SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=radix",
-        "radix-core's TreeCore publishes no KV events yet",
+        lambda s: s.tree_core and s.params.enable_kv_cache_events and "SWA" not in s.components,
+        "--kv-events-config with SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=radix for full attention alone",
+        "the backend publishes them from its own cache there: drop that variable",
     ),
 ]
 

@@ -3,9 +3,9 @@
 SGLang 0.5.22+'s ``UnifiedRadixCache`` drives a TreeCore through ``UnifiedTreeCoreInterface``, by
 node id. This core answers it with a ``radix_core.TieredRadixCache`` for full attention (with
 HiCache), or a ``radix_core.WindowedRadixCache`` for a hybrid model's FULL and SWA components
-(without HiCache); what it does not serve (the mamba component, session radix cache, buffer-only
-host memory, the external cache linker, KV events) is refused when asked for, naming it, never
-served wrong. With L3
+(without HiCache; with KV events, the stores and removals SGLang's TreeCore records); what it does
+not serve (the mamba component, session radix cache, buffer-only host memory, the external cache
+linker, host-tier KV events) is refused when asked for, naming it, never served wrong. With L3
 storage on, each node keeps its pages' storage hashes (SGLang's own hash of SGLang's key) in
 ``page_hashes``, which the tree cuts with the node. Imported only when SGLang builds a cache with
 it: it imports SGLang.
@@ -63,6 +63,7 @@ import radix_core
 from radix_core import TieredNode, TieredRadixCache, WindowedRadixCache
 from radix_core.windows import FreeValue, PublishWindow, RecoverWindowUnderLock
 
+from .kv_events import TreeEvents
 from .refusals import Setup, refuse_unserved
 from .translation import backup_chains, duplicate_ranges, match_result, merged, namespace, on_tree
 
@@ -135,7 +136,12 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         self.has_swa_host_pool = False
         self._write_through_threshold = 256
         self._is_write_back = False
-        self.kv_events = KVCacheEventRecorder(enabled=False, page_size=self.page_size)
+        self.kv_events = KVCacheEventRecorder(
+            enabled=params.enable_kv_cache_events,
+            page_size=self.page_size,
+            dynamo_format=params.dynamo_kv_event_format,
+            lora_names=params.kv_event_lora_names,
+        )
         self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
         self._node_class = type("CoreNode", (CoreNode,), {"__slots__": (), "core": weakref.ref(self)})
         self.reset()
@@ -168,6 +174,10 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         self._host_frees: list[Any] = []
         self._insert_walk: Any = None  # a hybrid insert suspended at a publish, and its actions so far
         self._insert_actions: list[Any] = []
+        # A node's page_hashes hold its KV events' digests, or else (HiCache, where events are
+        # refused) its L3 storage hashes.
+        self._events = TreeEvents(self.kv_events, self.page_size) if self.kv_events.enabled else None
+        on_store = self._events.stored if self._events else self._hash_if_stored
         self.tree: TieredRadixCache
         if self.window is None:
             self.tree = TieredRadixCache(
@@ -176,7 +186,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
                 self.eviction_policy,
                 on_evict=self._device_frees.append,
                 on_host_evict=self._host_frees.append,
-                on_store=self._hash_if_stored,
+                on_store=on_store,
                 on_remove=self._forget,
                 node_class=self._node_class,
             )
@@ -189,7 +199,7 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
                 gates_prefix_match=self.gates_prefix_match,
                 on_evict=self._device_frees.append,
                 on_window_evict=self._window_frees.append,
-                on_store=self._hash_if_stored,
+                on_store=on_store,
                 on_remove=self._forget,
                 node_class=self._node_class,
                 clock=itertools.count(1.0).__next__,
@@ -251,8 +261,10 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         return StorageBackupSpec(node.host_value, node.key.token_ids, node.page_hashes, prefix, {})
 
     def _forget(self, node: Any) -> None:
-        """A node left the tree: its id no longer resolves."""
+        """A node left the tree: its id no longer resolves (and its pages are removed, with events)."""
         self._arena.pop(node.id, None)
+        if self._events is not None:
+            self._events.removed(node)
 
     def _node(self, node_id: NodeId) -> TieredNode:
         return self._arena[node_id]
