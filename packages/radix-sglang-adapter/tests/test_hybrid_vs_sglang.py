@@ -160,13 +160,19 @@ WINDOWS = [(1, 4), (1, 32), (16, 16), (16, 40)]  # (page size, window)
 @pytest.mark.parametrize("is_eagle", [False, True], ids=["plain", "eagle"])
 @pytest.mark.parametrize(("page_size", "window"), WINDOWS, ids=[f"page{p}-window{w}" for p, w in WINDOWS])
 def test_hybrid_streams_give_the_same_answers(backend_name, server_args, core, page_size, window, is_eagle):
-    """With EAGLE the draft model's window is wider: what a request keeps behind it is the wider."""
+    """Every eviction policy; with EAGLE the draft model's window is wider: what a request keeps
+    behind it is the wider."""
     draft_window = {"draft_swa_window": window + 6} if is_eagle else {}
 
     @settings(max_examples=15)
-    @given(ops=operations, release=st.booleans(), events=st.sampled_from([None, "default", "dynamo"]))
-    def check(ops, release, events):
-        options = {"is_eagle": is_eagle, "release_prefill_window": release, **draft_window}
+    @given(
+        ops=operations,
+        release=st.booleans(),
+        events=st.sampled_from([None, "default", "dynamo"]),
+        policy=st.sampled_from(["lru", "lfu", "fifo", "mru", "filo", "priority"]),
+    )
+    def check(ops, release, events, policy):
+        options = {"is_eagle": is_eagle, "release_prefill_window": release, "policy": policy, **draft_window}
         run_both(ops, server_args, core, page_size, window, **options, **(sh.event_params(events) if events else {}))
 
     check()
