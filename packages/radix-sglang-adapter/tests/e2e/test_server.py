@@ -102,12 +102,12 @@ LOADED = {
 }
 CHECKED = [
     # 1. sequential chats, branches and trace prompts, page 1 (radix-core's RadixCache on
-    # radix-native's tree, its default, and on its Python tree: RADIX_CORE_TREE=python); one
-    # server starts its scheduler as SGLang does (spawn: the adapter activates in a fresh process)
+    # radix-native's tree, its default); the server starts its scheduler as SGLang does (spawn:
+    # the adapter activates in a fresh process)
     ServerConfig("default"),
     ServerConfig("radix-native", spawn=True),
-    ServerConfig("radix-native", tree="python"),
     # 2 and 4. page 16, an evicting pool, chunked prefill; then 32 clients, retraction, aborts, flush
+    # (there radix-core's RadixCache on its Python tree too: RADIX_CORE_TREE=python)
     *sorted(LOADED - {PURE_SWA, *HYBRID_SWA}, key=lambda config: (config.cache, config.tree or "")),
     # 3. speculative decoding: EAGLE (bigram keys) at page 1 and 16, STANDALONE (drafts accepted)
     ServerConfig("default", speculative="EAGLE"),
