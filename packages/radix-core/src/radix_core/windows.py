@@ -380,37 +380,12 @@ class WindowedRadixCache(TieredRadixCache):
             node = cast(TreeNode, node.parent)
         return mark
 
-    def unlock_window(self, node: TreeNode, mark: int | None) -> None:
-        """Release a lock :meth:`lock_window` took on ``node`` and returned ``mark`` for."""
-        for record in self._lock_segment(node, mark):
-            record.lock_ref -= 1
-            if record.lock_ref == 0:
-                if record.value is not None:
-                    self._window_evictable += len(record.node.key)
-                    self._window_protected -= len(record.node.key)
-                self._reprioritize(record.node)
-
-    def release_window(self, node: TreeNode, mark: int | None) -> list[Any]:
-        """Release a window lock early (the full lock stays): as :meth:`unlock_window`, and an
-        unlocked device leaf on the way loses its window value at once; returns the full values
-        of those (their SWA slots to free)."""
-        freed = []
-        for record in self._lock_segment(node, mark):
-            record.lock_ref -= 1
-            if record.lock_ref == 0:
-                self._reprioritize(record.node)
-                if record.value is not None:
-                    self._window_evictable += len(record.node.key)
-                    self._window_protected -= len(record.node.key)
-                    if self._is_evictable_leaf(record.node):
-                        freed.append(self.tombstone_window(record.node))
-        return freed
-
-    def _lock_segment(self, node: TreeNode, mark: int | None) -> list[_Window]:
-        """The records of a window lock's segment from ``node`` up to its mark, checked locked."""
+    def unlock_window(self, node: TreeNode, mark: int | None) -> list[TreeNode]:
+        """Release a lock :meth:`lock_window` took on ``node`` and returned ``mark`` for; returns
+        the nodes it left with no window lock, bottom up."""
         self._check_in_tree(node)
         segment = []
-        while node is not self.root_node:
+        while node is not self.root_node:  # checked whole before any count moves
             record = self._windows.get(node)
             if record is None or record.lock_ref <= 0:
                 raise ValueError(f"{node!r} holds no window lock: a release without a matching lock")
@@ -418,7 +393,23 @@ class WindowedRadixCache(TieredRadixCache):
             if mark is not None and record.mark == mark:
                 break
             node = cast(TreeNode, node.parent)
-        return segment
+        unlocked = []
+        for record in segment:
+            record.lock_ref -= 1
+            if record.lock_ref == 0:
+                if record.value is not None:
+                    self._window_evictable += len(record.node.key)
+                    self._window_protected -= len(record.node.key)
+                self._reprioritize(record.node)
+                unlocked.append(record.node)
+        return unlocked
+
+    def release_window(self, node: TreeNode, mark: int | None) -> None:
+        """Release a window lock early (the full lock stays): as :meth:`unlock_window`, and an
+        unlocked device leaf on the way loses its window value at once (``on_window_evict``)."""
+        for unlocked in self.unlock_window(node, mark):
+            if self.window_value(unlocked) is not None and self._is_evictable_leaf(unlocked):
+                self.tombstone_window(unlocked)
 
     # ----- window eviction ----------------------------------------------------------------------
 
@@ -442,17 +433,14 @@ class WindowedRadixCache(TieredRadixCache):
     def end_window_eviction(self) -> None:
         self._cursor = None
 
-    def tombstone_window(self, node: TreeNode) -> Any:
-        """Free ``node``'s window value, its full value kept; returns the full value (whose SWA
-        slots are to be freed)."""
-        record = self._windows[node]
-        if record.value is None or record.lock_ref:
+    def tombstone_window(self, node: TreeNode) -> None:
+        """Free ``node``'s window value, its full value kept (``on_window_evict`` gets the full
+        value, whose SWA slots are to be freed)."""
+        record = self._windows.get(node)
+        if record is None or record.value is None or record.lock_ref:
             raise ValueError(f"{node!r} has no unlocked window value")
-        record.value = None
-        self._unlink(record)
-        self._window_evictable -= len(node.key)
+        self._drop_window(record)
         self._reprioritize(node)
-        return node.value
 
     def is_device_leaf(self, node: TreeNode) -> bool:
         return self._is_evictable_leaf(node)
@@ -512,13 +500,18 @@ class WindowedRadixCache(TieredRadixCache):
         self._reprioritize(child)
         return upper
 
+    def _drop_window(self, record: _Window) -> None:
+        """An unlocked window value freed: out of the LRU list and the sizes, to ``on_window_evict``."""
+        record.value = None
+        self._unlink(record)
+        self._window_evictable -= len(record.node.key)
+        if self.on_window_evict is not None:
+            self.on_window_evict(record.node.value)
+
     def _evict_leaf(self, node: TreeNode) -> int:
         record = self._windows.pop(node, None)
         if record is not None and record.value is not None:
-            self._unlink(record)
-            self._window_evictable -= len(node.key)
-            if self.on_window_evict is not None:
-                self.on_window_evict(node.value)
+            self._drop_window(record)
         return super()._evict_leaf(node)
 
     def _is_evictable_leaf(self, node: TreeNode) -> bool:

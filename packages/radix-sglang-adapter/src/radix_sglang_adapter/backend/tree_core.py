@@ -479,9 +479,8 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
         if not isinstance(self.tree, WindowedRadixCache):
             _refuse("the SWA component")
         if node_id != self.root_node.id:
-            freed = self.tree.release_window(self._node(node_id), params.get_lock_uuid(SWA))
-            result.device_frees[SWA].extend(freed)
-        return result
+            self.tree.release_window(self._node(node_id), params.get_lock_uuid(SWA))
+        return self._collect(result)
 
     @staticmethod
     def _check_receipt(node_id: NodeId, params: DecLockRefParams) -> None:
@@ -544,11 +543,9 @@ class RadixTreeCore(UnifiedTreeCoreInterface):
             tree = cast(WindowedRadixCache, self.tree)
             node = tree.next_window_victim()
             if node is not None and not tree.is_device_leaf(node):
-                full_value = tree.tombstone_window(node)
-                result.device_frees[SWA].append(full_value)
-                result.tracker[SWA] = len(full_value)
+                tree.tombstone_window(node)
                 result.made_progress = True
-                return result
+                return self._collect(result)
         if node is not None:
             result.node_id = node.id
             result.made_progress = True
